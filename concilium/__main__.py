@@ -1,0 +1,5 @@
+import sys
+
+from concilium.cli import main
+
+sys.exit(main())

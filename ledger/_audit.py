@@ -1,0 +1,253 @@
+"""Offline audit of a stored chain, inclusion proofs, and JSON views of blocks.
+
+:func:`audit_chain` folds :func:`ledger.apply_block` over the stored bytes and stops at the first bad
+block, naming its height and the reason (Certificate Transparency's monitor, CometBFT's light client).
+Re-execution of rounds plugs in through :class:`ledger.Reexecutor`.
+
+An :class:`InclusionProof` shows that one signed update commitment is in a block certified by a quorum
+of the committee that the previous block named, checkable with nothing but the genesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ledger._chain import (
+    BlobSource,
+    ChainContext,
+    ChainState,
+    Reexecutor,
+    apply_block,
+    check_certificate,
+    decode_block,
+    genesis_committee,
+    genesis_state,
+    update_leaves,
+    update_sign_bytes,
+)
+from ledger._encoding import record
+from ledger._errors import ChainError, LedgerError
+from ledger._merkle import inclusion_path, verify_inclusion
+from ledger._types import Block, BlockHeader, Certificate, Genesis, Payload, UpdateCommitment
+
+__all__ = ["AuditReport", "InclusionProof", "audit_chain", "make_proof", "to_json_value", "verify_proof"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """Result of :func:`audit_chain`. ``ok`` is False iff some block failed; then ``first_bad_height``
+    and ``reason`` say which and why, and ``height``/``head_hash`` describe the valid prefix."""
+
+    ok: bool
+    chain_id: str
+    genesis_hash: bytes
+    height: int
+    head_hash: bytes
+    signatures_checked: int
+    blobs_checked: int
+    reexecuted: bool
+    first_bad_height: int | None = None
+    reason: str | None = None
+
+    def line(self) -> str:
+        """The one-line verdict printed by ``concilium ledger verify``."""
+        if self.ok:
+            extra = ", rounds re-executed" if self.reexecuted else ""
+            return (
+                f"OK: chain {self.chain_id} verified, {self.height} blocks, head {self.head_hash.hex()[:16]}, "
+                f"{self.signatures_checked} signatures, {self.blobs_checked} blobs{extra}"
+            )
+        return f"FAIL at height {self.first_bad_height}: {self.reason} (valid prefix: {self.height} blocks)"
+
+
+def _signature_count(b: Block) -> int:
+    p = b.payload
+    return (
+        len(p.updates)
+        + len(b.certificate.signatures)
+        + len(p.attestations)
+        + sum(len(e.exhibits) for e in p.evidence)
+    )
+
+
+def audit_chain(
+    genesis: Genesis,
+    rows: Iterable[tuple[int, bytes] | tuple[int, bytes, bytes]],
+    *,
+    blobs: BlobSource | None = None,
+    reexecutor: Reexecutor | None = None,
+    expect_height: int | None = None,
+    on_block: Callable[[int], None] | None = None,
+) -> AuditReport:
+    """Verify every stored block in order.
+
+    ``rows`` yields ``(height, canonical block bytes)`` or ``(height, bytes, stored index hash)``;
+    an index hash that differs from the block's recomputed hash is reported too. ``blobs`` (optional)
+    checks every referenced blob's digest. ``expect_height`` makes a chain shorter than expected fail
+    (a truncated tail is otherwise indistinguishable from an older, valid chain).
+    """
+    ctx = ChainContext(genesis)
+    state: ChainState = genesis_state(ctx)
+    sigs = blobs_n = 0
+    bad: tuple[int, str] | None = None
+    rows_iter = iter(rows)
+    while True:
+        h = state.height + 1
+        try:
+            row = next(rows_iter)
+        except StopIteration:
+            break
+        except LedgerError as e:  # the store itself failed mid-way (e.g. a corrupted page)
+            bad = (h, str(e))
+            break
+        height, data = row[0], row[1]
+        try:
+            if height != h:
+                raise ChainError(f"height {h}: missing (the next stored block is height {height})")
+            block, digests = decode_block(data)
+            state = apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+            if len(row) == 3 and row[2] != state.head_hash:  # type: ignore[misc]
+                raise ChainError(f"height {h}: the store's hash index differs from the block's hash")
+        except LedgerError as e:
+            msg = str(e)
+            bad = (h, msg if msg.startswith(f"height {h}") else f"height {h}: {msg}")
+            break
+        sigs += _signature_count(block)
+        if blobs is not None:
+            blobs_n += len(block.payload.updates) + 1 + (block.payload.state_digest is not None)
+        if on_block is not None:
+            on_block(h)
+    if bad is None and expect_height is not None and state.height < expect_height:
+        bad = (state.height + 1, f"height {state.height + 1}: missing (expected {expect_height} blocks)")
+    if bad is not None:
+        height, reason = bad
+        prefix = f"height {height}: "
+        return AuditReport(
+            ok=False,
+            chain_id=genesis.chain_id,
+            genesis_hash=ctx.genesis_hash,
+            height=state.height,
+            head_hash=state.head_hash,
+            signatures_checked=sigs,
+            blobs_checked=blobs_n,
+            reexecuted=reexecutor is not None,
+            first_bad_height=height,
+            reason=reason[len(prefix) :] if reason.startswith(prefix) else reason,
+        )
+    return AuditReport(
+        ok=True,
+        chain_id=genesis.chain_id,
+        genesis_hash=ctx.genesis_hash,
+        height=state.height,
+        head_hash=state.head_hash,
+        signatures_checked=sigs,
+        blobs_checked=blobs_n,
+        reexecuted=reexecutor is not None,
+    )
+
+
+# --- inclusion proofs ------------------------------------------------------------------------
+
+
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InclusionProof:
+    """One update commitment's inclusion in a certified block.
+
+    ``prev_header``/``prev_payload`` are the block before (absent at height 1, where the committee is
+    the genesis committee): they fix the committee that must have certified ``header``.
+    """
+
+    chain_id: str
+    genesis_hash: bytes
+    header: BlockHeader
+    certificate: Certificate
+    commitment: UpdateCommitment
+    index: int
+    tree_size: int
+    path: tuple[bytes, ...]
+    prev_header: BlockHeader | None
+    prev_payload: Payload | None
+
+
+def make_proof(genesis: Genesis, block: Block, prev: Block | None, peer: str) -> InclusionProof:
+    """Build the proof that ``peer``'s update is in ``block`` (``prev`` = the block before, or None)."""
+    ups = block.payload.updates
+    idx = next((i for i, u in enumerate(ups) if u.peer == peer), None)
+    if idx is None:
+        raise ChainError(f"height {block.height}: no update from {peer} in this block")
+    return InclusionProof(
+        chain_id=genesis.chain_id,
+        genesis_hash=genesis.hash(),
+        header=block.header,
+        certificate=block.certificate,
+        commitment=ups[idx],
+        index=idx,
+        tree_size=len(ups),
+        path=tuple(inclusion_path(update_leaves(ups), idx)),
+        prev_header=None if prev is None else prev.header,
+        prev_payload=None if prev is None else prev.payload,
+    )
+
+
+def verify_proof(genesis: Genesis, proof: InclusionProof) -> str:
+    """Check ``proof`` against ``genesis``; return a one-line description or raise ``LedgerError``.
+
+    Checks: same chain and genesis; the commitment is signed by a member for the header's round; its
+    Merkle path leads to the header's ``updates_root``; the certificate holds a quorum of valid COMMIT
+    signatures of the committee named by the previous block (which the header commits to by hash).
+    """
+    ctx = ChainContext(genesis)
+    hd = proof.header
+    if proof.chain_id != genesis.chain_id or hd.chain_id != genesis.chain_id:
+        raise ChainError(f"proof is for chain {proof.chain_id!r:.60}, genesis is {genesis.chain_id!r}")
+    if proof.genesis_hash != ctx.genesis_hash:
+        raise ChainError("proof was made against a different genesis")
+    u = proof.commitment
+    if u.fl_round != hd.fl_round:
+        raise ChainError(f"commitment is for round {u.fl_round}, header for {hd.fl_round}")
+    ctx.keys.verify(
+        u.peer,
+        u.signature,
+        update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
+        what="update commitment",
+    )
+    if not verify_inclusion(hd.updates_root, u.encode(), proof.index, proof.tree_size, proof.path):  # type: ignore[attr-defined]
+        raise ChainError(f"height {hd.height}: Merkle path does not lead to the header's updates root")
+    if hd.height == 1:
+        if proof.prev_header is not None or proof.prev_payload is not None:
+            raise ChainError("a height-1 proof carries no previous block")
+        if hd.prev_hash != ctx.genesis_hash:
+            raise ChainError("height 1 does not link to the genesis")
+        committee: tuple[str, ...] = genesis_committee(genesis)
+    else:
+        ph, pp = proof.prev_header, proof.prev_payload
+        if ph is None or pp is None:
+            raise ChainError(f"height {hd.height}: proof lacks the previous block that names the committee")
+        if ph.hash() != hd.prev_hash or ph.height != hd.height - 1:
+            raise ChainError(f"height {hd.height}: previous header does not link")
+        if pp.hash() != ph.payload_hash:
+            raise ChainError(f"height {hd.height}: previous payload does not match its header")
+        committee = pp.next_committee
+    check_certificate(ctx, committee, hd, proof.certificate)
+    return (
+        f"OK: update {u.digest.hex()[:16]} of {u.peer} ({u.n_samples} samples) is leaf {proof.index}/"
+        f"{proof.tree_size} of block {hd.height} ({hd.hash().hex()[:16]}), certified by "
+        f"{len(proof.certificate.signatures)} of {len(committee)} committee members"
+    )
+
+
+# --- JSON views ------------------------------------------------------------------------------
+
+
+def to_json_value(v: Any) -> Any:
+    """A canonical value as JSON-compatible data: bytes become lowercase hex strings."""
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (tuple, list)):
+        return [to_json_value(x) for x in v]
+    if isinstance(v, dict) or hasattr(v, "items"):
+        return {k: to_json_value(x) for k, x in v.items()}
+    return v

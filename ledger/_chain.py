@@ -1,0 +1,404 @@
+"""Chain rules: quorum, the genesis committee, the primary of (height, view), signing, and ``apply_block``.
+
+``apply_block(ctx, state, block) -> state`` is the one place that decides whether a block validly
+extends the chain. The auditor folds it over a stored chain; nodes call it before appending. It is pure:
+blob contents and re-execution come in through the :class:`BlobSource` and :class:`Reexecutor`
+Protocols, so the learning layer can plug in re-execution of scoring/selection/aggregation without the
+ledger importing it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgpack
+
+from ledger._crypto import KeyPair, PublicKeyCache, hash_tagged, sha256, sign_bytes, sign_bytes_flat
+from ledger._encoding import decode, encode
+from ledger._errors import BlobError, ChainError, SignatureError
+from ledger._merkle import merkle_root
+from ledger._types import (
+    Block,
+    BlockHeader,
+    Certificate,
+    CommitSignature,
+    Evidence,
+    Genesis,
+    Payload,
+    SignedMessage,
+    UpdateCommitment,
+)
+
+__all__ = [
+    "KIND_COMMIT",
+    "KIND_UPDATE",
+    "BlobSource",
+    "BlockDigests",
+    "ChainContext",
+    "ChainState",
+    "Reexecutor",
+    "apply_block",
+    "commit_sign_bytes",
+    "decode_block",
+    "genesis_committee",
+    "genesis_state",
+    "make_certificate",
+    "make_header",
+    "primary",
+    "quorum_size",
+    "sign_commit",
+    "sign_message",
+    "sign_update",
+    "update_leaves",
+    "update_sign_bytes",
+]
+
+KIND_UPDATE = "update"
+KIND_COMMIT = "commit"
+
+
+def quorum_size(n: int, rule: str = "bft") -> int:
+    """Votes needed out of a committee of ``n``.
+
+    * ``"bft"``: more than two thirds, ``⌊2n/3⌋ + 1`` (= ``2f+1`` for ``n = 3f+1``; CometBFT's rule). Any
+      two quorums intersect in more than ``n/3`` members, hence in an honest one while ``f < n/3``.
+    * ``"majority"``: ``⌊n/2⌋ + 1``, CMFL paper step 6 (seed_003 §2.5). Two quorums intersect in one
+      member only, which may be Byzantine: **not Byzantine-safe**.
+    """
+    if n < 1:
+        raise ValueError(f"committee size must be >= 1, got {n}")
+    if rule == "bft":
+        return (2 * n) // 3 + 1
+    if rule == "majority":
+        return n // 2 + 1
+    raise ValueError(f"unknown quorum rule {rule!r}")
+
+
+def _rank(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[str]:
+    """Peers sorted by ``H(domain ‖ seed ‖ peer)``, ties (impossible in practice) by peer id."""
+    return sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p))
+
+
+def genesis_committee(genesis: Genesis) -> tuple[str, ...]:
+    """Committee that certifies block 1: ``committee_size`` members ranked by a hash of the genesis hash.
+
+    DESIGN.md "A round, committee mode" step 1: "genesis: derived from the genesis hash".
+    """
+    ranked = _rank(b"concilium-committee/v1", genesis.hash(), genesis.member_ids)
+    return tuple(sorted(ranked[: genesis.protocol.committee_size]))
+
+
+def primary(committee: Sequence[str], prev_hash: bytes, height: int, view: int) -> str:
+    """The primary (proposer; the coordinator in coordinator mode) of ``(height, view)``.
+
+    ``committee[(PRF(prev_hash, height) + view) mod C]`` over the sorted committee (seed_003 §2.8.2):
+    verifiable by anyone, and a view change moves to the next member.
+    """
+    if not committee:
+        raise ValueError("empty committee")
+    members = sorted(committee)
+    prf = hash_tagged(b"concilium-primary/v1", prev_hash + struct.pack(">Q", height))
+    start = int.from_bytes(prf[:8], "big") % len(members)
+    return members[(start + view) % len(members)]
+
+
+# --- signing -----------------------------------------------------------------------------------
+
+
+def update_sign_bytes(chain_id: str, peer: str, fl_round: int, digest: bytes, n_samples: int) -> bytes:
+    return sign_bytes_flat(chain_id, KIND_UPDATE, fl_round, 0, {"digest": digest, "n_samples": n_samples, "peer": peer})
+
+
+def sign_update(key: KeyPair, chain_id: str, fl_round: int, digest: bytes, n_samples: int) -> UpdateCommitment:
+    """A training client's signed update commitment."""
+    sig = key.sign(update_sign_bytes(chain_id, key.peer_id, fl_round, digest, n_samples))
+    return UpdateCommitment(peer=key.peer_id, fl_round=fl_round, digest=digest, n_samples=n_samples, signature=sig)
+
+
+def commit_sign_bytes(chain_id: str, height: int, view: int, block_hash: bytes) -> bytes:
+    return sign_bytes_flat(chain_id, KIND_COMMIT, height, view, {"block_hash": block_hash})
+
+
+def sign_commit(key: KeyPair, chain_id: str, height: int, view: int, block_hash: bytes) -> CommitSignature:
+    return CommitSignature(signer=key.peer_id, signature=key.sign(commit_sign_bytes(chain_id, height, view, block_hash)))
+
+
+def sign_message(key: KeyPair, chain_id: str, kind: str, height: int, view: int, body: object) -> SignedMessage:
+    sig = key.sign(sign_bytes(chain_id, kind, height, view, body))
+    return SignedMessage(signer=key.peer_id, kind=kind, height=height, view=view, body=body, signature=sig)
+
+
+def update_leaves(updates: Sequence[UpdateCommitment]) -> list[bytes]:
+    """Merkle leaves of a payload's update commitments: their canonical encodings, in payload order."""
+    return [u.encode() for u in updates]  # type: ignore[attr-defined]
+
+
+def make_header(
+    *,
+    chain_id: str,
+    height: int,
+    prev_hash: bytes,
+    view: int,
+    proposer: str,
+    time_ms: int,
+    payload: Payload,
+    fl_round: int | None = None,
+) -> BlockHeader:
+    """Header for ``payload`` with the payload hash and the updates' Merkle root filled in."""
+    return BlockHeader(
+        chain_id=chain_id,
+        height=height,
+        prev_hash=prev_hash,
+        fl_round=height if fl_round is None else fl_round,
+        view=view,
+        proposer=proposer,
+        time_ms=time_ms,
+        payload_hash=payload.hash(),
+        updates_root=merkle_root(update_leaves(payload.updates)),
+    )
+
+
+def make_certificate(header: BlockHeader, signatures: Sequence[CommitSignature]) -> Certificate:
+    return Certificate(
+        height=header.height,
+        view=header.view,
+        block_hash=header.hash(),
+        signatures=tuple(sorted(signatures, key=lambda s: s.signer)),
+    )
+
+
+# --- state and verification --------------------------------------------------------------------
+
+
+class BlobSource(Protocol):
+    """Read access to content-addressed blobs (the auditor's view of a blob store)."""
+
+    def has(self, digest: bytes) -> bool: ...
+
+    def get(self, digest: bytes) -> bytes:
+        """The blob's bytes; raises :class:`BlobError` if missing or if its digest does not match."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    """What the chain says after block ``height`` (block 0 = genesis)."""
+
+    height: int
+    head_hash: bytes
+    time_ms: int
+    committee: tuple[str, ...]
+    model_digest: bytes
+    state_digest: bytes | None
+
+
+class Reexecutor(Protocol):
+    """Plug-in that re-executes a round from the stored blobs (scoring, selection, election, aggregation).
+
+    It raises :class:`ReexecutionError` naming what differs. The ledger calls it after every structural
+    check of the block passed, so it can trust signatures and links.
+    """
+
+    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None: ...
+
+
+class ChainContext:
+    """Everything fixed by the genesis that block validation needs: members' keys and the rules."""
+
+    def __init__(self, genesis: Genesis) -> None:
+        self.genesis = genesis
+        self.chain_id = genesis.chain_id
+        self.genesis_hash = genesis.hash()
+        self.keys = PublicKeyCache()
+        for m in genesis.members:
+            self.keys.add(m.peer_id, m.public_key)
+        self.members = frozenset(genesis.member_ids)
+        self.quorum_rule = genesis.protocol.quorum
+
+    def quorum(self, committee_size: int) -> int:
+        return quorum_size(committee_size, self.quorum_rule)
+
+
+def genesis_state(ctx: ChainContext) -> ChainState:
+    g = ctx.genesis
+    return ChainState(
+        height=0,
+        head_hash=ctx.genesis_hash,
+        time_ms=g.genesis_time_ms,
+        committee=genesis_committee(g),
+        model_digest=g.model.digest,
+        state_digest=None,
+    )
+
+
+def _check(cond: bool, height: int, msg: str) -> None:
+    if not cond:
+        raise ChainError(f"height {height}: {msg}")
+
+
+def check_certificate(
+    ctx: ChainContext,
+    committee: Sequence[str],
+    header: BlockHeader,
+    cert: Certificate,
+    *,
+    header_hash: bytes | None = None,
+) -> None:
+    """Raise unless ``cert`` holds a quorum of valid COMMIT signatures of ``committee`` over ``header``."""
+    h = header.height
+    _check(cert.height == h, h, f"certificate is for height {cert.height}")
+    _check(cert.view == header.view, h, f"certificate is for view {cert.view}, header has view {header.view}")
+    _check(cert.block_hash == (header_hash or header.hash()), h, "certificate signs a different block hash")
+    cset = frozenset(committee)
+    need = ctx.quorum(len(committee))
+    _check(
+        len(cert.signatures) >= need,
+        h,
+        f"certificate has {len(cert.signatures)} signatures, quorum is {need} of {len(committee)} ({ctx.quorum_rule})",
+    )
+    msg = commit_sign_bytes(ctx.chain_id, h, cert.view, cert.block_hash)
+    for s in cert.signatures:  # sorted and unique by construction (Certificate.__post_init__)
+        if s.signer not in cset:
+            raise SignatureError(f"height {h}: certificate signer {s.signer} is not in the committee")
+        ctx.keys.verify(s.signer, s.signature, msg, what=f"height {h}: commit signature")
+
+
+def check_evidence(ctx: ChainContext, height: int, ev: Evidence) -> None:
+    """Structural and signature checks of one evidence item."""
+    _check(ev.offender in ctx.members, height, f"evidence against non-member {ev.offender!r:.60}")
+    _check(ev.height <= height, height, f"evidence from the future (height {ev.height})")
+    for x in ev.exhibits:
+        _check(x.signer == ev.offender, height, "evidence exhibit not signed by the offender")
+        ctx.keys.verify(
+            x.signer,
+            x.signature,
+            sign_bytes(ctx.chain_id, x.kind, x.height, x.view, x.body),
+            what=f"height {height}: evidence exhibit",
+        )
+    if ev.kind == "equivocation":
+        _check(len(ev.exhibits) == 2, height, "equivocation evidence needs exactly two exhibits")
+        a, b = ev.exhibits
+        _check(
+            (a.kind, a.height, a.view) == (b.kind, b.height, b.view) == (a.kind, ev.height, ev.view),
+            height,
+            "equivocation exhibits are not for the same (kind, height, view)",
+        )
+        _check(encode(a.body) != encode(b.body), height, "equivocation exhibits are identical")
+
+
+def apply_block(
+    ctx: ChainContext,
+    state: ChainState,
+    block: Block,
+    *,
+    blobs: BlobSource | None = None,
+    reexecutor: Reexecutor | None = None,
+    digests: BlockDigests | None = None,
+) -> ChainState:
+    """Validate ``block`` as the successor of ``state`` and return the new state.
+
+    Checks, in order: chain id, height, hash link, time monotonic, proposer = primary of (height, view),
+    payload hash, Merkle root, certificate against ``state.committee`` with the genesis quorum rule,
+    update commitments (members, round, signatures), next committee (members), evidence, blobs
+    (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given).
+    Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
+    :func:`decode_block`) saves recomputing the hashes of a block just decoded.
+    """
+    hd, pl = block.header, block.payload
+    if digests is None:
+        digests = BlockDigests(hd.hash(), pl.hash(), tuple(update_leaves(pl.updates)))
+    h = state.height + 1
+    _check(hd.chain_id == ctx.chain_id, h, f"chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
+    _check(hd.height == h, h, f"expected height {h}, block says {hd.height} (missing or reordered block)")
+    _check(hd.prev_hash == state.head_hash, h, "prev_hash does not link to the previous block")
+    _check(hd.fl_round == h, h, f"fl_round {hd.fl_round} differs from height")
+    _check(hd.time_ms >= state.time_ms, h, f"time goes backwards ({hd.time_ms} < {state.time_ms})")
+    expected = primary(state.committee, state.head_hash, h, hd.view)
+    _check(hd.proposer == expected, h, f"proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
+    _check(hd.payload_hash == digests.payload_hash, h, "payload hash mismatch")
+    _check(hd.updates_root == merkle_root(digests.update_leaves), h, "Merkle root of update commitments mismatch")
+    check_certificate(ctx, state.committee, hd, block.certificate, header_hash=digests.header_hash)
+    for u in pl.updates:
+        _check(u.peer in ctx.members, h, f"update from non-member {u.peer!r:.60}")
+        _check(u.fl_round == hd.fl_round, h, f"update of {u.peer} is for round {u.fl_round}")
+        ctx.keys.verify(
+            u.peer,
+            u.signature,
+            update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
+            what=f"height {h}: update commitment",
+        )
+    for p in pl.next_committee:
+        _check(p in ctx.members, h, f"next committee names non-member {p!r:.60}")
+    for x in pl.attestations:
+        _check(x.height == h, h, f"attestation of {x.signer} is for height {x.height}")
+        ctx.keys.verify(
+            x.signer,
+            x.signature,
+            sign_bytes(ctx.chain_id, x.kind, x.height, x.view, x.body),
+            what=f"height {h}: attestation",
+        )
+    for ev in pl.evidence:
+        check_evidence(ctx, h, ev)
+    if blobs is not None:
+        refs = [(f"update of {u.peer}", u.digest) for u in pl.updates]
+        refs.append(("model", pl.model_digest))
+        if pl.state_digest is not None:
+            refs.append(("algorithm state", pl.state_digest))
+        for what, d in refs:
+            try:
+                blobs.get(d)
+            except BlobError as e:
+                raise BlobError(f"height {h}: {what} blob {d.hex()[:16]}…: {e}") from None
+    new = ChainState(
+        height=h,
+        head_hash=digests.header_hash,
+        time_ms=hd.time_ms,
+        committee=pl.next_committee,
+        model_digest=pl.model_digest,
+        state_digest=pl.state_digest,
+    )
+    if reexecutor is not None:
+        reexecutor.reexecute(ctx, state, block, blobs if blobs is not None else _NoBlobs())
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class BlockDigests:
+    """Hashes of a decoded block's parts, computed from its canonical bytes (no re-encoding)."""
+
+    header_hash: bytes
+    payload_hash: bytes
+    update_leaves: tuple[bytes, ...]
+
+
+def decode_block(data: bytes) -> tuple[Block, BlockDigests]:
+    """Strictly decode a block and hash its parts from the canonical sub-trees.
+
+    ``decode`` has already proven the tree canonical, so re-packing a sub-tree yields exactly its
+    canonical bytes; this saves re-walking the block for each hash (the audit's hot path).
+    """
+    value = decode(data)
+    block = Block.from_value(value)  # type: ignore[attr-defined]
+    hv, pv = value["header"], value["payload"]
+    digests = BlockDigests(
+        header_hash=hash_tagged(b"concilium-header/v1", msgpack.packb(hv, use_bin_type=True)),
+        payload_hash=hash_tagged(b"concilium-payload/v1", msgpack.packb(pv, use_bin_type=True)),
+        update_leaves=tuple(msgpack.packb(u, use_bin_type=True) for u in pv["updates"]),
+    )
+    return block, digests
+
+
+class _NoBlobs:
+    def has(self, digest: bytes) -> bool:
+        return False
+
+    def get(self, digest: bytes) -> bytes:
+        raise BlobError(f"blob {digest.hex()[:16]}… not available (no blob store given)")
+
+
+def content_digest(data: bytes) -> bytes:
+    """Digest of a blob = SHA-256 of its canonical bytes (DESIGN.md "Ledger")."""
+    return sha256(data)

@@ -1,0 +1,328 @@
+"""Canonical encoding: msgpack with sorted keys, minimal widths, no floats that are not finite.
+
+Every hashed or signed byte string in concilium is ``encode(value)`` for a *canonical value*:
+
+* ``None``, ``bool``, ``int`` in ``[-2**63, 2**64)``, ``str``, ``bytes``, finite ``float`` (always
+  float64 on the wire);
+* ``tuple``/``list`` of canonical values (encoded as msgpack arrays; decoded as tuples);
+* ``dict`` with ``str`` keys (encoded with keys in sorted order; decoded as read-only mappings).
+
+``decode`` is strict: it accepts exactly the bytes that ``encode`` produces for some canonical value
+(CometBFT's canonical sign bytes, but enforced on input too): unsorted or duplicate keys, non-minimal
+integers, float32, ext types, non-UTF-8 strings, trailing bytes and nesting deeper than
+``DEPTH_MAX`` all raise :class:`DecodeError`. Nothing else escapes ``decode``.
+
+Typed records
+-------------
+:func:`record` turns a frozen dataclass into a wire type: ``to_value()`` gives the canonical value
+(a dict keyed by field name) and ``cls.from_value(v)`` rebuilds it with an exact field set and exact
+types, so a peer can never smuggle extra keys or a ``True`` where an ``int`` is expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import msgpack
+
+from ledger._errors import DecodeError
+
+__all__ = [
+    "DEPTH_MAX",
+    "ENCODED_BYTES_MAX",
+    "Value",
+    "decode",
+    "decode_record",
+    "encode",
+    "encode_record",
+    "freeze",
+    "record",
+]
+
+DEPTH_MAX = 32
+"""Deepest nesting of arrays/maps accepted by :func:`decode`."""
+
+ENCODED_BYTES_MAX = 64 << 20
+"""Largest byte string :func:`decode` accepts unless told otherwise (64 MiB)."""
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+Value = Any
+"""A canonical value (see module docstring). Kept as ``Any`` for readability of signatures."""
+
+
+def _canonical(value: Value, depth: int) -> Value:
+    """Return ``value`` rebuilt for msgpack with sorted maps; raise TypeError/ValueError if not canonical."""
+    # Order of checks: the common leaf types first (this walk is on the hot path of verification).
+    t = type(value)
+    if t is str or t is bytes or value is None or t is bool:
+        return value
+    if t is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ValueError(f"integer out of the 64-bit range: {value}")
+        return value
+    if depth >= DEPTH_MAX:
+        raise ValueError(f"nesting deeper than {DEPTH_MAX}")
+    if t is tuple or t is list:
+        return [_canonical(v, depth + 1) for v in value]
+    if t is dict or t is types.MappingProxyType:
+        out = {}
+        for k in sorted(value):
+            if type(k) is not str:
+                raise TypeError(f"map keys must be str, got {type(k).__name__}")
+            out[k] = _canonical(value[k], depth + 1)
+        return out
+    if t is float:
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite float: {value!r}")
+        return value
+    if t is bytearray or t is memoryview:
+        return bytes(value)
+    raise TypeError(f"not a canonical value: {t.__name__}")
+
+
+def encode(value: Value) -> bytes:
+    """Return the canonical msgpack bytes of ``value``.
+
+    Raises ``TypeError``/``ValueError`` for values that have no canonical form: that is a bug in
+    the caller (our own data), not a peer fault, so it is not a ``LedgerError``.
+    """
+    return msgpack.packb(_canonical(value, 0), use_bin_type=True, use_single_float=False)
+
+
+def _reject_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack ext type {code} is not allowed")
+
+
+def freeze(value: Value) -> Value:
+    """Make a decoded value immutable: tuples stay, maps become read-only mappings."""
+    if type(value) is dict:
+        return types.MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if type(value) is tuple:
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
+    """Decode canonical bytes; the inverse of :func:`encode` on canonical values.
+
+    Raises :class:`DecodeError` (only) for anything that is not exactly ``encode(v)`` for some ``v``.
+    Maps come back as plain ``dict`` (sorted), arrays as ``tuple``.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise DecodeError(f"expected bytes, got {type(data).__name__}")
+    if len(data) > bytes_max:
+        raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
+    if len(data) == 0:
+        raise DecodeError("empty input")
+    try:
+        value = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+            ext_hook=_reject_ext,
+            timestamp=0,
+        )
+        again = msgpack.packb(_canonical(value, 0), use_bin_type=True, use_single_float=False)
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, UnicodeDecodeError, OverflowError, RecursionError, MemoryError) as e:
+        # msgpack's ExtraData, FormatError, StackError and OutOfData all derive from ValueError.
+        raise DecodeError(f"malformed encoding: {e}") from None
+    except Exception as e:  # noqa: BLE001 - msgpack raises a few odd types on hostile input
+        raise DecodeError(f"malformed encoding: {type(e).__name__}: {e}") from None
+    if again != bytes(data):
+        raise DecodeError("not in canonical form (key order, integer width, float width or duplicates)")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed records
+# ---------------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+_Conv = tuple[Callable[[Any], Value], Callable[[Any, str], Any]]  # (to_value, from_value(v, path))
+
+
+def _fail(path: str, what: str, v: Any) -> typing.NoReturn:
+    raise DecodeError(f"{path}: expected {what}, got {type(v).__name__}")
+
+
+def _scalar_conv(py: type) -> _Conv:
+    name = py.__name__
+
+    def to_v(x: Any) -> Value:
+        return x
+
+    def from_v(v: Any, path: str) -> Any:
+        if type(v) is not py:
+            _fail(path, name, v)
+        return v
+
+    return to_v, from_v
+
+
+def _any_conv() -> _Conv:
+    def from_v(v: Any, path: str) -> Any:
+        return freeze(v)
+
+    return _canonical_passthrough, from_v
+
+
+def _canonical_passthrough(x: Any) -> Value:
+    return x
+
+
+def _tuple_conv(inner: _Conv) -> _Conv:
+    ito, ifrom = inner
+
+    def to_v(x: Any) -> Value:
+        return [ito(e) for e in x]
+
+    def from_v(v: Any, path: str) -> Any:
+        if type(v) is not tuple:
+            _fail(path, "array", v)
+        return tuple(ifrom(e, f"{path}[{i}]") for i, e in enumerate(v))
+
+    return to_v, from_v
+
+
+def _optional_conv(inner: _Conv) -> _Conv:
+    ito, ifrom = inner
+
+    def to_v(x: Any) -> Value:
+        return None if x is None else ito(x)
+
+    def from_v(v: Any, path: str) -> Any:
+        return None if v is None else ifrom(v, path)
+
+    return to_v, from_v
+
+
+def _mapping_conv() -> _Conv:
+    def to_v(x: Any) -> Value:
+        return dict(x)
+
+    def from_v(v: Any, path: str) -> Any:
+        if type(v) is not dict:
+            _fail(path, "map", v)
+        return freeze(v)
+
+    return to_v, from_v
+
+
+def _record_conv(cls: type) -> _Conv:
+    def to_v(x: Any) -> Value:
+        return x.to_value()
+
+    def from_v(v: Any, path: str) -> Any:
+        return cls._from_value(v, path)
+
+    return to_v, from_v
+
+
+def _conv_for(tp: Any) -> _Conv:
+    if tp in (int, str, bytes, bool, float):
+        return _scalar_conv(tp)
+    if tp is Any:
+        return _any_conv()
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _tuple_conv(_conv_for(args[0]))
+    if origin in (types.UnionType, typing.Union) and len(args) == 2 and type(None) in args:
+        other = args[0] if args[1] is type(None) else args[1]
+        return _optional_conv(_conv_for(other))
+    if origin is Mapping or tp is Mapping:
+        return _mapping_conv()
+    if isinstance(tp, type) and hasattr(tp, "_record_fields"):
+        return _record_conv(tp)
+    raise TypeError(f"unsupported field type for a record: {tp!r}")
+
+
+def record(cls: type[T]) -> type[T]:
+    """Class decorator: make a frozen dataclass a canonical wire record.
+
+    Adds ``to_value()``, ``encode()``, ``from_value(v)`` and ``decode(data)``. Fields are encoded as a
+    map keyed by field name, so field order in the class does not matter for the bytes. Validation of
+    field *values* (lengths, ranges) belongs in ``__post_init__`` raising ``ValueError``; that is
+    reported as a :class:`DecodeError` when the record comes from bytes.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError("@record needs a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    convs: dict[str, _Conv] = {}
+    field_set = frozenset(fields)
+    order = sorted(fields)
+    required = frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+    def ensure() -> dict[str, _Conv]:
+        # Resolved lazily so records may refer to records defined later in the module.
+        if not convs:
+            for name in order:
+                convs[name] = _conv_for(hints[name])
+        return convs
+
+    def to_value(self: Any) -> dict[str, Value]:
+        c = ensure()
+        return {name: c[name][0](getattr(self, name)) for name in order}
+
+    def _from_value(klass: type, v: Any, path: str = "") -> Any:
+        path = path or klass.__name__
+        c = ensure()
+        if type(v) is not dict:
+            _fail(path, "map", v)
+        keys = v.keys()
+        if keys != field_set:
+            extra = sorted(set(keys) - field_set)
+            missing = sorted(required - set(keys))
+            if extra:
+                raise DecodeError(f"{path}: unknown field(s) {', '.join(extra)}")
+            if missing:
+                raise DecodeError(f"{path}: missing field(s) {', '.join(missing)}")
+            raise DecodeError(f"{path}: fields with defaults must still be present on the wire")
+        kwargs = {name: c[name][1](v[name], f"{path}.{name}") for name in order}
+        try:
+            return klass(**kwargs)
+        except (ValueError, TypeError) as e:
+            raise DecodeError(f"{path}: {e}") from None
+
+    def from_value(klass: type, v: Any) -> Any:
+        return klass._from_value(v, klass.__name__)
+
+    def encode_self(self: Any) -> bytes:
+        return encode(self.to_value())
+
+    def decode_cls(klass: type, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Any:
+        return klass._from_value(decode(data, bytes_max=bytes_max), klass.__name__)
+
+    cls._record_fields = tuple(order)  # type: ignore[attr-defined]
+    cls.to_value = to_value  # type: ignore[attr-defined]
+    cls._from_value = classmethod(_from_value)  # type: ignore[attr-defined]
+    cls.from_value = classmethod(from_value)  # type: ignore[attr-defined]
+    cls.encode = encode_self  # type: ignore[attr-defined]
+    cls.decode = classmethod(decode_cls)  # type: ignore[attr-defined]
+    return cls
+
+
+def encode_record(obj: Any) -> bytes:
+    """``obj.encode()`` for any record (handy as a function)."""
+    return obj.encode()
+
+
+def decode_record(cls: type[T], data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> T:
+    """``cls.decode(data)`` for any record class (handy as a function)."""
+    return cls.decode(data, bytes_max=bytes_max)  # type: ignore[attr-defined]

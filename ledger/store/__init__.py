@@ -1,0 +1,58 @@
+"""The ledger's one I/O module: the SQLite block store and the file blob store.
+
+A *ledger directory* holds ``chain.sqlite`` and ``blobs/``; :func:`create_ledger` makes one and
+:func:`open_ledger` opens one (``readonly=True`` for audits).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ledger._errors import StoreError
+from ledger._types import Genesis
+from ledger.store._blobs import BLOB_BYTES_MAX, FileBlobStore, MemoryBlobStore
+from ledger.store._sqlite import SCHEMA_VERSION, SqliteBlockStore
+
+__all__ = [
+    "BLOB_BYTES_MAX",
+    "CHAIN_FILE",
+    "BLOBS_DIR",
+    "SCHEMA_VERSION",
+    "FileBlobStore",
+    "MemoryBlobStore",
+    "SqliteBlockStore",
+    "create_ledger",
+    "open_ledger",
+    "resolve_ledger_path",
+]
+
+CHAIN_FILE = "chain.sqlite"
+BLOBS_DIR = "blobs"
+
+
+def resolve_ledger_path(path: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """``(chain file, blobs dir)`` for a ledger directory, or for a path to its ``chain.sqlite``."""
+    p = Path(path)
+    if p.is_dir():
+        return p / CHAIN_FILE, p / BLOBS_DIR
+    if p.is_file():
+        return p, p.parent / BLOBS_DIR
+    raise StoreError(f"{p}: no such ledger (expected a directory with {CHAIN_FILE} or the file itself)")
+
+
+def create_ledger(path: str | os.PathLike[str], genesis: Genesis) -> tuple[SqliteBlockStore, FileBlobStore]:
+    """Create a new ledger directory ``path`` (it may exist but must not hold a chain)."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    store = SqliteBlockStore.create(p / CHAIN_FILE, genesis)
+    return store, FileBlobStore(p / BLOBS_DIR)
+
+
+def open_ledger(
+    path: str | os.PathLike[str], *, readonly: bool = False, check_index: bool = True
+) -> tuple[SqliteBlockStore, FileBlobStore]:
+    """Open an existing ledger (directory or chain file); see :meth:`SqliteBlockStore.open`."""
+    chain, blobs = resolve_ledger_path(path)
+    store = SqliteBlockStore.open(chain, readonly=readonly, check_index=check_index)
+    return store, FileBlobStore(blobs, readonly=readonly)

@@ -1,0 +1,111 @@
+"""Content-addressed blob store on the file system.
+
+``BLOBS/ab/cdef…`` holds the blob whose SHA-256 is ``abcdef…``. Writes are atomic: a temporary file
+in the same directory is written, fsync'd, renamed over the final name, and the directory is fsync'd,
+so a crash leaves either no file or the complete blob (never a torn one under the final name). Reads
+re-hash the bytes and raise :class:`BlobError` on any mismatch, so a flipped byte is always named.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ledger._crypto import sha256
+from ledger._errors import BlobError
+
+__all__ = ["BLOB_BYTES_MAX", "FileBlobStore", "MemoryBlobStore"]
+
+BLOB_BYTES_MAX = 2 << 30
+"""Largest blob read or written (2 GiB)."""
+
+
+def _check_digest(digest: bytes) -> str:
+    if type(digest) is not bytes or len(digest) != 32:
+        raise BlobError(f"a blob digest is 32 bytes, got {digest!r:.40}")
+    return digest.hex()
+
+
+class FileBlobStore:
+    """Blobs as files under ``root`` (created if missing unless ``readonly``)."""
+
+    def __init__(self, root: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        self.root = Path(root)
+        self._readonly = readonly
+        if not readonly:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, digest: bytes) -> Path:
+        hx = _check_digest(digest)
+        return self.root / hx[:2] / hx[2:]
+
+    def has(self, digest: bytes) -> bool:
+        return self._path(digest).is_file()
+
+    def put(self, data: bytes) -> bytes:
+        """Store ``data``; return its digest. Idempotent."""
+        if self._readonly:
+            raise BlobError(f"{self.root}: opened read-only")
+        if len(data) > BLOB_BYTES_MAX:
+            raise BlobError(f"blob of {len(data)} bytes exceeds {BLOB_BYTES_MAX}")
+        digest = sha256(data)
+        final = self._path(digest)
+        if final.is_file():
+            return digest
+        final.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dfd = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return digest
+
+    def get(self, digest: bytes) -> bytes:
+        p = self._path(digest)
+        try:
+            size = p.stat().st_size
+            if size > BLOB_BYTES_MAX:
+                raise BlobError(f"{p}: {size} bytes exceeds {BLOB_BYTES_MAX}")
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise BlobError(f"blob {digest.hex()} missing ({p})") from None
+        except OSError as e:
+            raise BlobError(f"{p}: unreadable: {e}") from None
+        if sha256(data) != digest:
+            raise BlobError(f"{p}: content does not match its digest (corrupted)")
+        return data
+
+
+class MemoryBlobStore:
+    """Blobs in a dict (tests and simulations that do not keep their ledger)."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[bytes, bytes] = {}
+
+    def has(self, digest: bytes) -> bool:
+        return digest in self._blobs
+
+    def put(self, data: bytes) -> bytes:
+        digest = sha256(data)
+        self._blobs.setdefault(digest, bytes(data))
+        return digest
+
+    def get(self, digest: bytes) -> bytes:
+        _check_digest(digest)
+        data = self._blobs.get(digest)
+        if data is None:
+            raise BlobError(f"blob {digest.hex()} missing")
+        if sha256(data) != digest:
+            raise BlobError(f"blob {digest.hex()}: content does not match its digest")
+        return data

@@ -1,0 +1,91 @@
+"""Peer ids match py-libp2p; signatures are domain separated; verification never raises on junk."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import (
+    DecodeError,
+    KeyPair,
+    PublicKeyCache,
+    SignatureError,
+    peer_id_from_public_key,
+    public_key_from_peer_id,
+    sign_bytes,
+    verify_signature,
+)
+from ledger._crypto import sign_bytes_flat
+
+
+def test_peer_id_equals_py_libp2p_peer_id():
+    from libp2p.crypto.ed25519 import Ed25519PublicKey as P2PPub
+    from libp2p.peer.id import ID
+
+    for i in range(20):
+        k = KeyPair.derive(f"k{i}")
+        assert k.peer_id == ID.from_pubkey(P2PPub.from_bytes(k.public_key)).to_base58()
+        assert k.peer_id.startswith("12D3KooW")
+        assert public_key_from_peer_id(k.peer_id) == k.public_key
+
+
+@pytest.mark.parametrize("bad", ["", "12D3KooW", "0OIl" * 12, "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", 5])
+def test_bad_peer_ids(bad):
+    with pytest.raises(DecodeError):
+        public_key_from_peer_id(bad)
+
+
+def test_signature_covers_chain_kind_height_view_and_body():
+    k = KeyPair.derive("signer")
+    base = ("chain-a", "commit", 5, 0, {"block_hash": b"\x01" * 32})
+    sig = k.sign(sign_bytes(*base))
+    assert verify_signature(k.public_key, sig, sign_bytes(*base))
+    variants = [
+        ("chain-b", "commit", 5, 0, {"block_hash": b"\x01" * 32}),
+        ("chain-a", "prepare", 5, 0, {"block_hash": b"\x01" * 32}),
+        ("chain-a", "commit", 6, 0, {"block_hash": b"\x01" * 32}),
+        ("chain-a", "commit", 5, 1, {"block_hash": b"\x01" * 32}),
+        ("chain-a", "commit", 5, 0, {"block_hash": b"\x02" * 32}),
+    ]
+    for v in variants:
+        assert not verify_signature(k.public_key, sig, sign_bytes(*v)), v
+
+
+@given(
+    st.text(max_size=10),
+    st.text(min_size=1, max_size=10),
+    st.integers(0, 2**40),
+    st.integers(0, 100),
+    st.binary(max_size=40),
+    st.integers(0, 2**53),
+)
+@settings(max_examples=100, deadline=None)
+def test_flat_sign_bytes_equal_canonical_sign_bytes(chain, kind, height, view, blob, n):
+    body = {"digest": blob, "n_samples": n, "peer": kind}
+    assert sign_bytes_flat(chain, kind, height, view, body) == sign_bytes(chain, kind, height, view, body)
+
+
+@given(st.binary(max_size=80), st.binary(max_size=80), st.binary(max_size=100))
+@settings(max_examples=100, deadline=None)
+def test_verify_signature_never_raises(pk, sig, msg):
+    assert verify_signature(pk, sig, msg) in (True, False)
+
+
+def test_key_cache_rejects_unknown_signers_and_bad_signatures():
+    a, b = KeyPair.derive("a"), KeyPair.derive("b")
+    cache = PublicKeyCache()
+    cache.add(a.peer_id, a.public_key)
+    msg = b"hello"
+    cache.verify(a.peer_id, a.sign(msg), msg, what="t")
+    with pytest.raises(SignatureError, match="not a member"):
+        cache.verify(b.peer_id, b.sign(msg), msg, what="t")
+    with pytest.raises(SignatureError, match="invalid signature"):
+        cache.verify(a.peer_id, b.sign(msg), msg, what="t")
+    with pytest.raises(SignatureError, match="64 bytes"):
+        cache.verify(a.peer_id, b"x", msg, what="t")
+
+
+def test_keys_are_deterministic_and_repr_hides_seed():
+    assert KeyPair.derive("x") == KeyPair.derive("x")
+    assert KeyPair.derive("x").sign(b"m") == KeyPair.derive("x").sign(b"m")  # Ed25519 is deterministic
+    assert KeyPair.derive("x").seed.hex() not in repr(KeyPair.derive("x"))
+    assert peer_id_from_public_key(KeyPair.derive("x").public_key) == KeyPair.derive("x").peer_id

@@ -1,0 +1,141 @@
+"""Canonical encoding: round trips, strictness, and hostile bytes only ever raising DecodeError."""
+
+import math
+import struct
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import Block, DecodeError, Genesis, LedgerError, Payload, decode, encode
+from sim import LedgerDemo
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=40)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=5).map(tuple) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+def _norm(v):
+    """Decoded form of a value: arrays are tuples, maps are dicts with sorted keys."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _norm(v[k]) for k in sorted(v)}
+    return v
+
+
+@given(values)
+@settings(max_examples=300, deadline=None)
+def test_round_trip(v):
+    data = encode(v)
+    back = decode(data)
+    assert back == _norm(v)
+    assert encode(back) == data  # canonical: the encoding is a function of the value
+
+
+@given(st.dictionaries(st.text(max_size=6), st.integers(min_value=-(2**63), max_value=2**63), min_size=2, max_size=6))
+def test_key_order_does_not_change_bytes(d):
+    reversed_d = dict(reversed(list(d.items())))
+    assert encode(d) == encode(reversed_d)
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=500, deadline=None)
+def test_random_bytes_raise_only_decode_error(data):
+    try:
+        decode(data)
+    except DecodeError:
+        pass
+
+
+@given(values, st.data())
+@settings(max_examples=200, deadline=None)
+def test_truncated_bytes_raise_decode_error(v, data):
+    raw = encode(v)
+    if len(raw) < 2:
+        return
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    with pytest.raises(DecodeError):
+        decode(raw[:cut])
+
+
+def _block_bytes() -> bytes:
+    block, _ = LedgerDemo(members=5, committee_size=4, updates_per_block=3, floats_per_update=8).next_block()
+    return block.encode()
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None)
+def test_mutated_block_bytes_raise_only_ledger_errors(data):
+    raw = bytearray(_BLOCK)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        i = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+        raw[i] = data.draw(st.integers(min_value=0, max_value=255))
+    try:
+        Block.decode(bytes(raw))
+    except LedgerError:
+        pass
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=300, deadline=None)
+def test_random_bytes_as_typed_records_raise_only_ledger_errors(data):
+    for cls in (Block, Genesis, Payload):
+        try:
+            cls.decode(data)
+        except LedgerError:
+            pass
+
+
+_BLOCK = _block_bytes()
+
+
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        (b"\x82\xa1b\x01\xa1a\x02", "unsorted keys"),
+        (b"\x82\xa1a\x01\xa1a\x02", "duplicate keys"),
+        (b"\xcc\x05", "non-minimal integer"),
+        (b"\xca" + struct.pack(">f", 1.5), "float32"),
+        (b"\x01\x02", "trailing bytes"),
+        (b"\xd4\x05\x00", "ext type"),
+        (b"\xd6\xff\x00\x00\x00\x00", "timestamp ext"),
+        (b"\xa2\xff\xfe", "invalid UTF-8"),
+        (b"\x81\x01\x02", "integer map key"),
+        (b"\x81\xc4\x01a\x02", "bytes map key"),
+        (b"\xcb" + struct.pack(">d", math.nan), "NaN"),
+        (b"\xcb" + struct.pack(">d", math.inf), "infinity"),
+        (b"\x91" * 40 + b"\x00", "too deep"),
+        (b"", "empty"),
+    ],
+)
+def test_non_canonical_rejected(raw, why):
+    with pytest.raises(DecodeError):
+        decode(raw)
+
+
+def test_size_limit():
+    with pytest.raises(DecodeError, match="exceeds"):
+        decode(encode(b"x" * 100), bytes_max=50)
+
+
+def test_encode_rejects_non_canonical_values():
+    for bad in (math.nan, math.inf, {1: 2}, {"a": object()}, 2**64, -(2**63) - 1, {"a": set()}):
+        with pytest.raises((TypeError, ValueError)):
+            encode(bad)
+
+
+def test_floats_always_float64_and_lists_equal_tuples():
+    assert encode(1.5) == msgpack.packb(1.5, use_single_float=False)
+    assert encode([1, 2]) == encode((1, 2))

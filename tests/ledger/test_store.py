@@ -1,0 +1,204 @@
+"""SQLite block store, file blob store and canonical tensor blobs."""
+
+import sqlite3
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import (
+    BlobError,
+    BlockStore,
+    MemoryBlockStore,
+    StoreError,
+    TensorEntry,
+    audit_chain,
+    decode_tensors,
+    encode_tensors,
+    sha256,
+)
+from ledger.store import SCHEMA_VERSION, FileBlobStore, MemoryBlobStore, SqliteBlockStore, create_ledger, open_ledger
+from sim import LedgerDemo
+
+
+def _demo(n=5):
+    demo = LedgerDemo(members=6, committee_size=4, updates_per_block=3, floats_per_update=16)
+    return demo, [demo.next_block() for _ in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_block_store_contract(tmp_path, kind):
+    demo, blocks = _demo()
+    store = MemoryBlockStore(demo.genesis) if kind == "memory" else SqliteBlockStore.create(tmp_path / "c.sqlite", demo.genesis)
+    assert isinstance(store, BlockStore)
+    assert store.height() == 0 and store.head_hash() == demo.genesis.hash()
+    for b, _ in blocks:
+        store.append(b)
+    assert store.height() == 5 and store.head_hash() == blocks[-1][0].hash()
+    assert store.get(3) == blocks[2][0]
+    assert [h for h, _ in store.iter_raw(2)] == [2, 3, 4, 5]
+    with pytest.raises(StoreError, match="cannot append height 3"):
+        store.append(blocks[2][0])  # already stored: wrong height
+    demo2, other = _demo()
+    with pytest.raises(StoreError):
+        store.get(99)
+    store.close()
+
+
+def test_sqlite_pragmas_schema_and_reopen(tmp_path):
+    demo, blocks = _demo()
+    path = tmp_path / "c.sqlite"
+    with SqliteBlockStore.create(path, demo.genesis) as s:
+        for b, _ in blocks:
+            s.append(b)
+        assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert s._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    conn = sqlite3.connect(path)
+    assert dict(conn.execute("SELECT key, value FROM meta"))["schema_version"] == str(SCHEMA_VERSION).encode()
+    conn.close()
+    with SqliteBlockStore.open(path) as s:
+        assert s.height() == 5 and s.genesis() == demo.genesis
+        assert audit_chain(s.genesis(), s.iter_rows()).ok
+    with pytest.raises(StoreError, match="already exists"):
+        SqliteBlockStore.create(path, demo.genesis)
+
+
+def test_sqlite_readonly_never_writes(tmp_path):
+    demo, blocks = _demo(2)
+    path = tmp_path / "c.sqlite"
+    with SqliteBlockStore.create(path, demo.genesis) as s:
+        s.append(blocks[0][0])
+    with SqliteBlockStore.open(path, readonly=True) as s:
+        with pytest.raises(StoreError, match="read-only"):
+            s.append(blocks[1][0])
+    with pytest.raises(StoreError, match="no such ledger file"):
+        SqliteBlockStore.open(tmp_path / "absent.sqlite", readonly=True)
+    assert not (tmp_path / "absent.sqlite").exists()
+
+
+def test_sqlite_rejects_foreign_files_and_versions(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("this is not a database")
+    with pytest.raises(StoreError, match="not a concilium ledger"):
+        SqliteBlockStore.open(junk)
+    other = tmp_path / "other.sqlite"
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE t (x)")
+    c.commit()
+    c.close()
+    with pytest.raises(StoreError, match="not a concilium ledger"):
+        SqliteBlockStore.open(other)
+    demo, _ = _demo(0)
+    p = tmp_path / "v.sqlite"
+    SqliteBlockStore.create(p, demo.genesis).close()
+    c = sqlite3.connect(p)
+    c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (b"99",))
+    c.commit()
+    c.close()
+    with pytest.raises(StoreError, match="unsupported schema version"):
+        SqliteBlockStore.open(p)
+
+
+def test_index_tampering_is_caught_on_open_and_named_by_audit(tmp_path):
+    demo, blocks = _demo()
+    store, blobs = create_ledger(tmp_path / "L", demo.genesis)
+    for b, bl in blocks:
+        for d in bl.values():
+            blobs.put(d)
+        store.append(b)
+    store.close()
+    c = sqlite3.connect(tmp_path / "L" / "chain.sqlite")
+    c.execute("UPDATE blocks SET hash = ? WHERE height = 3", (bytes(32),))
+    c.commit()
+    c.close()
+    with pytest.raises(StoreError, match="height 4: prev_hash does not link"):
+        open_ledger(tmp_path / "L")
+    s, b = open_ledger(tmp_path / "L", readonly=True, check_index=False)
+    rep = audit_chain(s.genesis(), s.iter_rows(), blobs=b)
+    s.close()
+    assert not rep.ok and rep.first_bad_height == 3 and "index" in rep.reason
+
+
+def test_file_blob_store(tmp_path):
+    bs = FileBlobStore(tmp_path / "blobs")
+    d = bs.put(b"hello")
+    assert d == sha256(b"hello") and bs.has(d) and bs.get(d) == b"hello"
+    assert bs.put(b"hello") == d  # idempotent
+    p = tmp_path / "blobs" / d.hex()[:2] / d.hex()[2:]
+    raw = bytearray(p.read_bytes())
+    raw[0] ^= 1
+    p.write_bytes(bytes(raw))
+    with pytest.raises(BlobError, match="does not match its digest"):
+        bs.get(d)
+    with pytest.raises(BlobError, match="missing"):
+        bs.get(sha256(b"nope"))
+    with pytest.raises(BlobError, match="32 bytes"):
+        bs.get(b"short")
+    assert not list((tmp_path / "blobs").rglob(".tmp-*"))
+    ro = FileBlobStore(tmp_path / "other", readonly=True)
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(BlobError, match="read-only"):
+        ro.put(b"x")
+    mem = MemoryBlobStore()
+    assert mem.get(mem.put(b"abc")) == b"abc"
+
+
+# --- canonical tensor blobs (safetensors layout) --------------------------------------------
+
+
+def _entries(rng):
+    a = rng.standard_normal((3, 4)).astype("<f4")
+    b = rng.integers(-5, 5, size=(7,)).astype("<i8")
+    return [TensorEntry("w.weight", "F32", (3, 4), a.tobytes()), TensorEntry("a.bias", "I64", (7,), b.tobytes())], a, b
+
+
+def test_tensor_blob_round_trip_and_layout():
+    entries, a, b = _entries(np.random.default_rng(0))
+    blob = encode_tensors(entries, {"fl_round": "3"})
+    assert blob == encode_tensors(list(reversed(entries)), {"fl_round": "3"})  # order-independent
+    (hlen,) = struct.unpack_from("<Q", blob)
+    assert hlen % 8 == 0
+    out, meta = decode_tensors(blob)
+    assert meta == {"fl_round": "3"}
+    assert [e.name for e in out] == ["a.bias", "w.weight"]
+    np.testing.assert_array_equal(np.frombuffer(out[1].data, "<f4").reshape(3, 4), a)
+    np.testing.assert_array_equal(np.frombuffer(out[0].data, "<i8"), b)
+
+
+def test_tensor_blob_is_readable_as_safetensors_layout():
+    import json
+
+    entries, a, _ = _entries(np.random.default_rng(1))
+    blob = encode_tensors(entries)
+    (hlen,) = struct.unpack_from("<Q", blob)
+    header = json.loads(blob[8 : 8 + hlen])
+    s, e = header["w.weight"]["data_offsets"]
+    np.testing.assert_array_equal(np.frombuffer(blob[8 + hlen + s : 8 + hlen + e], "<f4").reshape(3, 4), a)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b[:-1],
+        lambda b: b + b"\x00",
+        lambda b: b[:4],
+        lambda b: struct.pack("<Q", 10**9) + b[8:],
+        lambda b: b[:8] + b[8:].replace(b'"dtype":"F32"', b'"dtype":"F64"', 1),
+        lambda b: b[:8] + b[8:].replace(b",", b", ", 1)[: len(b) - 8],
+    ],
+)
+def test_tensor_blob_rejects_non_canonical(mutate):
+    entries, _, _ = _entries(np.random.default_rng(2))
+    with pytest.raises(BlobError):
+        decode_tensors(mutate(encode_tensors(entries)))
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=300, deadline=None)
+def test_tensor_blob_random_bytes_raise_only_blob_error(data):
+    try:
+        decode_tensors(data)
+    except BlobError:
+        pass

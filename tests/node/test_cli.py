@@ -1,0 +1,179 @@
+"""The concilium CLI: the happy path end to end, and one-line errors that write nothing on bad input."""
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from concilium.cli import main
+from ledger import Block
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def demo_ledger(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["ledger", "demo", "--out", str(out), "--blocks", "6", "--members", "7", "--updates", "4"]) == 0
+    return out
+
+
+@pytest.fixture
+def ledger_copy(demo_ledger, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(demo_ledger, dst)
+    return dst
+
+
+def test_console_script_end_to_end(tmp_path):
+    exe = Path(sys.executable).with_name("concilium")
+    assert exe.exists(), "the console script is installed by `pip install -e .`"
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    r = subprocess.run([exe, "keygen", "--out", tmp_path / "a.key"], capture_output=True, text=True, env=env, check=True)
+    peer = r.stdout.strip()
+    assert peer.startswith("12D3KooW") and stat.S_IMODE((tmp_path / "a.key").stat().st_mode) == 0o600
+    r = subprocess.run([sys.executable, "-m", "concilium", "ledger", "verify", tmp_path], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such ledger" in r.stderr
+
+
+def test_keygen_and_genesis_create(capsys, tmp_path):
+    keys = []
+    for name in "abcd":
+        code, out, _ = run(capsys, "keygen", "--out", str(tmp_path / f"{name}.key"))
+        assert code == 0
+        keys.append(out.strip())
+    code, out, _ = run(
+        capsys, "genesis", "create", "--chain-id", "lab-1", "--committee-size", "4", "--param", "alpha=0.4",
+        "--member", f"{tmp_path / 'a.key'},name=alice,addr=/ip4/127.0.0.1/tcp/4001",
+        "--member", keys[1], "--member", str(tmp_path / "c.key"), "--member", keys[3],
+        "--time-ms", "0", "--out", str(tmp_path / "genesis.toml"),
+    )
+    assert code == 0 and "genesis hash" in out
+    code, out, _ = run(capsys, "genesis", "show", str(tmp_path / "genesis.toml"))
+    shown = json.loads(out)
+    assert shown["chain_id"] == "lab-1" and len(shown["members"]) == 4
+    assert shown["protocol"]["params"] == {"alpha": 0.4}
+    assert {m["peer_id"] for m in shown["members"]} == set(keys)
+
+
+def test_verify_show_export_proof(capsys, demo_ledger, tmp_path):
+    L = str(demo_ledger / "ledger")
+    code, out, _ = run(capsys, "ledger", "verify", L, "--genesis", str(demo_ledger / "genesis.toml"))
+    assert code == 0 and out.startswith("OK: chain concilium-demo verified, 6 blocks") and out.count("\n") == 1
+    code, out, _ = run(capsys, "ledger", "show", L)
+    assert code == 0 and "height 6" in out
+    code, out, _ = run(capsys, "ledger", "show", L, "3")
+    blk = json.loads(out)
+    assert blk["height"] == 3 and len(blk["updates"]) == 4
+    code, out, _ = run(capsys, "ledger", "export", L, "--json", "--out", str(tmp_path / "x.json"))
+    exported = json.loads((tmp_path / "x.json").read_text())
+    assert len(exported["blocks"]) == 6 and exported["blocks"][2]["hash"] == blk["hash"]
+    peer = blk["updates"][1]["peer"]
+    code, out, _ = run(capsys, "ledger", "proof", L, "3", peer, "--out", str(tmp_path / "p.json"))
+    assert code == 0
+    code, out, _ = run(capsys, "ledger", "verify-proof", str(tmp_path / "p.json"), "--genesis", str(demo_ledger / "genesis.toml"))
+    assert code == 0 and out.startswith("OK: update") and peer in out
+    doc = json.loads((tmp_path / "p.json").read_text())
+    raw = bytearray.fromhex(doc["proof"])
+    raw[-40] ^= 1
+    doc["proof"] = raw.hex()
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "ledger", "verify-proof", str(tmp_path / "bad.json"), "--genesis", str(demo_ledger / "genesis.toml"))
+    assert code == 1 and out.startswith("FAIL")
+
+
+def test_verify_names_the_first_bad_height(capsys, ledger_copy):
+    db = ledger_copy / "ledger" / "chain.sqlite"
+    c = sqlite3.connect(db)
+    (data,) = c.execute("SELECT data FROM blocks WHERE height = 4").fetchone()
+    block = Block.decode(data)
+    bad = bytearray(data)
+    bad[len(bad) // 2] ^= 0x20
+    c.execute("UPDATE blocks SET data = ? WHERE height = 4", (bytes(bad),))
+    c.commit()
+    c.close()
+    code, out, _ = run(capsys, "ledger", "verify", str(ledger_copy / "ledger"))
+    assert code == 1 and out.startswith("FAIL at height 4:") and out.count("\n") == 1
+    # restore the block, corrupt one of its blobs instead
+    c = sqlite3.connect(db)
+    c.execute("UPDATE blocks SET data = ? WHERE height = 4", (data,))
+    c.commit()
+    c.close()
+    d = block.payload.updates[0].digest.hex()
+    blob = ledger_copy / "ledger" / "blobs" / d[:2] / d[2:]
+    raw = bytearray(blob.read_bytes())
+    raw[-1] ^= 1
+    blob.write_bytes(bytes(raw))
+    code, out, _ = run(capsys, "ledger", "verify", str(ledger_copy / "ledger"))
+    assert code == 1 and out.startswith("FAIL at height 4:") and d[:16] in out
+    code, out, _ = run(capsys, "ledger", "verify", str(ledger_copy / "ledger"), "--no-blobs")
+    assert code == 0
+
+
+def test_verify_against_a_different_genesis_fails(capsys, demo_ledger, tmp_path):
+    run(capsys, "ledger", "demo", "--out", str(tmp_path / "other"), "--blocks", "1", "--seed", "5")
+    code, out, _ = run(capsys, "ledger", "verify", str(demo_ledger / "ledger"), "--genesis", str(tmp_path / "other" / "genesis.toml"))
+    assert code == 1 and "genesis differs" in out
+
+
+BAD_INPUTS = [
+    # (argv builder, expected substring in the one-line error)
+    (lambda d: ["ledger", "verify", str(d / "absent")], "no such ledger"),
+    (lambda d: ["ledger", "verify", str(d / "genesis.toml")], "not a concilium ledger"),
+    (lambda d: ["ledger", "show", str(d / "key.key")], "not a concilium ledger"),
+    (lambda d: ["ledger", "export", str(d / "absent"), "--json", "--out", str(d / "out.json")], "no such ledger"),
+    (lambda d: ["ledger", "proof", str(d / "ledger"), "99", "12D3KooWx", "--out", str(d / "p.json")], "no block at height 99"),
+    (lambda d: ["ledger", "proof", str(d / "ledger"), "2", "12D3KooWnobody", "--out", str(d / "p.json")], "no update from"),
+    (lambda d: ["ledger", "verify", str(d / "ledger"), "--genesis", str(d / "key.key")], "not UTF-8"),
+    (lambda d: ["ledger", "verify-proof", str(d / "absent.json"), "--genesis", str(d / "genesis.toml")], "no such proof file"),
+    (lambda d: ["ledger", "verify-proof", str(d / "genesis.toml"), "--genesis", str(d / "genesis.toml")], "not a JSON proof"),
+    (lambda d: ["genesis", "show", str(d / "absent.toml")], "no such genesis file"),
+    (lambda d: ["genesis", "show", str(d / "ledger")], "is a directory"),
+    (lambda d: ["genesis", "create", "--member", str(d / "genesis.toml"), "--out", str(d / "g2.toml")], "not an Ed25519 key file"),
+    (lambda d: ["genesis", "create", "--member", str(d / "absent.key"), "--out", str(d / "g2.toml")], "no such key file"),
+    (lambda d: ["genesis", "create", "--member", str(d / "key.key"), "--member", str(d / "key.key"), "--out", str(d / "g2.toml")], "duplicate member"),
+    (lambda d: ["genesis", "create", "--member", str(d / "key.key"), "--committee-size", "3", "--out", str(d / "g2.toml")], "exceeds the number of members"),
+    (lambda d: ["genesis", "create", "--member", "12D3KooWbogus", "--out", str(d / "g2.toml")], "not an Ed25519 libp2p peer id"),
+    (lambda d: ["keygen", "--out", str(d / "key.key")], "already exists"),
+    (lambda d: ["keygen", "--out", str(d / "no" / "dir" / "k.key")], "does not exist"),
+    (lambda d: ["ledger", "demo", "--out", str(d)], "already exists"),
+]
+
+
+@pytest.mark.parametrize("argv, expected", BAD_INPUTS)
+def test_bad_input_one_line_error_and_nothing_written(capsys, ledger_copy, argv, expected):
+    main(["keygen", "--out", str(ledger_copy / "key.key")])
+    capsys.readouterr()
+    before = snapshot(ledger_copy)
+    code, out, err = run(capsys, *argv(ledger_copy))
+    assert code == 2, (out, err)
+    assert err.startswith("concilium: error: ") and err.count("\n") == 1, err
+    assert expected in err, err
+    assert snapshot(ledger_copy) == before, "a failing command wrote or changed files"
+
+
+def test_corrupted_sqlite_file_gives_one_line_error(capsys, ledger_copy):
+    db = ledger_copy / "ledger" / "chain.sqlite"
+    for side in ("-wal", "-shm"):
+        Path(str(db) + side).unlink(missing_ok=True)
+    raw = bytearray(db.read_bytes())
+    raw[0:16] = b"garbage garbage!"
+    db.write_bytes(bytes(raw))
+    before = snapshot(ledger_copy)
+    code, _, err = run(capsys, "ledger", "verify", str(ledger_copy / "ledger"))
+    assert code == 2 and err.count("\n") == 1 and "chain.sqlite" in err and "not a concilium ledger" in err
+    assert snapshot(ledger_copy) == before
