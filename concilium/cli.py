@@ -61,6 +61,15 @@ def _write_atomic(path: Path, text: str, *, overwrite: bool = True) -> None:
     os.replace(tmp, path)
 
 
+def _emit(text: str, out: str | None, what: str) -> None:
+    """Write ``text`` to ``out`` atomically (printing a one-line note), or print it."""
+    if out:
+        _write_atomic(Path(out), text + "\n")
+        print(f"{out}: {what}")
+    else:
+        print(text)
+
+
 # --- keygen ----------------------------------------------------------------------------------
 
 
@@ -245,12 +254,7 @@ def cmd_ledger_export(args: argparse.Namespace) -> int:
                 {"hash": _decode_block(raw, h).hash().hex(), **to_json_value(decode(raw))} for h, raw in store.iter_raw()
             ],
         }
-    text = json.dumps(out, indent=1, sort_keys=True)
-    if args.out:
-        _write_atomic(Path(args.out), text + "\n")
-        print(f"{args.out}: {len(out['blocks'])} blocks")
-    else:
-        print(text)
+    _emit(json.dumps(out, indent=1, sort_keys=True), args.out, f"{len(out['blocks'])} blocks")
     return EXIT_OK
 
 
@@ -278,12 +282,7 @@ def cmd_ledger_proof(args: argparse.Namespace) -> int:
         },
         "proof": proof.encode().hex(),  # type: ignore[attr-defined]
     }
-    text = json.dumps(doc, indent=1)
-    if args.out:
-        _write_atomic(Path(args.out), text + "\n")
-        print(f"{args.out}: proof of {args.peer}'s update at height {args.height}")
-    else:
-        print(text)
+    _emit(json.dumps(doc, indent=1), args.out, f"proof of {args.peer}'s update at height {args.height}")
     return EXIT_OK
 
 

@@ -121,23 +121,13 @@ def audit_chain(
             on_block(h)
     if bad is None and expect_height is not None and state.height < expect_height:
         bad = (state.height + 1, f"height {state.height + 1}: missing (expected {expect_height} blocks)")
+    first_bad, reason = None, None
     if bad is not None:
-        height, reason = bad
-        prefix = f"height {height}: "
-        return AuditReport(
-            ok=False,
-            chain_id=genesis.chain_id,
-            genesis_hash=ctx.genesis_hash,
-            height=state.height,
-            head_hash=state.head_hash,
-            signatures_checked=sigs,
-            blobs_checked=blobs_n,
-            reexecuted=reexecutor is not None,
-            first_bad_height=height,
-            reason=reason[len(prefix) :] if reason.startswith(prefix) else reason,
-        )
+        first_bad, reason = bad
+        prefix = f"height {first_bad}: "
+        reason = reason[len(prefix) :] if reason.startswith(prefix) else reason
     return AuditReport(
-        ok=True,
+        ok=bad is None,
         chain_id=genesis.chain_id,
         genesis_hash=ctx.genesis_hash,
         height=state.height,
@@ -145,6 +135,8 @@ def audit_chain(
         signatures_checked=sigs,
         blobs_checked=blobs_n,
         reexecuted=reexecutor is not None,
+        first_bad_height=first_bad,
+        reason=reason,
     )
 
 
