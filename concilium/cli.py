@@ -181,12 +181,17 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
             if trusted.hash() != genesis.hash():
                 print(f"FAIL at height 0: the ledger's genesis differs from {args.genesis}")
                 return EXIT_INVALID
-        report = audit_chain(
-            genesis,
-            store.iter_rows(),
-            blobs=None if args.no_blobs else blobs,
-            expect_height=args.expect_height,
-        )
+        from tqdm import tqdm
+
+        # progress on stderr, only when it is a terminal (disable=None), so scripts see one line
+        with tqdm(total=store.height(), desc="verify", unit="block", file=sys.stderr, disable=None, leave=False) as bar:
+            report = audit_chain(
+                genesis,
+                store.iter_rows(),
+                blobs=None if args.no_blobs else blobs,
+                expect_height=args.expect_height,
+                on_block=lambda _h: bar.update(1),
+            )
     print(report.line())
     return EXIT_OK if report.ok else EXIT_INVALID
 

@@ -62,3 +62,30 @@ def test_tampered_proofs_fail():
         verify_proof(other_genesis, p)
     with pytest.raises(ChainError, match="no update from"):
         make_proof(g, b, prev, "12D3KooWnobody")
+
+
+class RejectHeight:
+    """A re-execution plug-in that disagrees with one height (stands in for the learning layer's)."""
+
+    def __init__(self, bad_height):
+        self.bad_height = bad_height
+        self.seen = []
+
+    def reexecute(self, ctx, before, block, blobs):
+        from ledger import ReexecutionError
+
+        self.seen.append((before.height, block.height))
+        if block.height == self.bad_height:
+            raise ReexecutionError(f"height {block.height}: aggregate digest differs from re-execution")
+
+
+def test_reexecution_plugs_into_the_audit():
+    g, blocks = _chain()
+    rows = [(b.height, b.encode()) for b in blocks]
+    ok = RejectHeight(bad_height=None)
+    rep = audit_chain(g, rows, reexecutor=ok)
+    assert rep.ok and rep.reexecuted and ok.seen == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert "rounds re-executed" in rep.line()
+    rep = audit_chain(g, rows, reexecutor=RejectHeight(bad_height=3))
+    assert not rep.ok and rep.first_bad_height == 3 and rep.height == 2
+    assert rep.reason == "aggregate digest differs from re-execution"
