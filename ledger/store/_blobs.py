@@ -32,6 +32,7 @@ class FileBlobStore:
 
     def __init__(self, root: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.root = Path(root)
+        self._root_str = str(self.root)
         self._readonly = readonly
         if not readonly:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -72,16 +73,21 @@ class FileBlobStore:
         return digest
 
     def get(self, digest: bytes) -> bytes:
-        p = self._path(digest)
+        hx = _check_digest(digest)
+        # os-level calls, not pathlib: this is the audit's hot path (one call per referenced blob)
+        p = os.path.join(self._root_str, hx[:2], hx[2:])
         try:
-            size = p.stat().st_size
-            if size > BLOB_BYTES_MAX:
-                raise BlobError(f"{p}: {size} bytes exceeds {BLOB_BYTES_MAX}")
-            data = p.read_bytes()
+            with open(p, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > BLOB_BYTES_MAX:
+                    raise BlobError(f"{p}: {size} bytes exceeds {BLOB_BYTES_MAX}")
+                data = f.read()
         except FileNotFoundError:
-            raise BlobError(f"blob {digest.hex()} missing ({p})") from None
+            raise BlobError(f"blob {hx} missing ({p})") from None
+        except IsADirectoryError:
+            raise BlobError(f"{p}: is a directory, not a blob") from None
         except OSError as e:
-            raise BlobError(f"{p}: unreadable: {e}") from None
+            raise BlobError(f"{p}: unreadable: {e.strerror}") from None
         if sha256(data) != digest:
             raise BlobError(f"{p}: content does not match its digest (corrupted)")
         return data
