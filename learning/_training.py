@@ -1,0 +1,416 @@
+"""Local training: K local SGD steps (or E epochs) from the global model, returning the update and statistics.
+
+One client update, for every algorithm of the papers (seed_000 Alg. FedAvg/FedProx, seed_001 eq. (2), seed_002
+eq. (8), seed_003 eq. (4), seed_004 Alg. 1)::
+
+    z ← θ_t;  buf ← m_0 (or 0)
+    for each of K minibatches ξ_k (drawn from a seeded torch.Generator):
+        d ← ∇ℓ(z; ξ_k) + λ z + μ (z − θ_t) + c          # weight decay λ, FedProx μ, correction c (SCAFFOLD)
+        buf ← ρ buf + d                                   # momentum ρ (PyTorch convention, no dampening)
+        z ← z − η · (buf  or  d + ρ buf if Nesterov  or  d if ρ = 0)
+    return Δ = z − θ_t
+
+The update is a **delta in parameter units** with a plus sign: ``θ_{t+1} = θ_t + Σ_i w_i Δ_i`` is FedAvg
+(seed_004 Alg. 1 ``u = x_{t,K} − x_t``; seed_001's code sends ``w_t − w`` = ``−Δ``; divide by ``−η K`` for
+seed_001's gradient units). The FedProx momentum buffer includes the proximal term, as in seed_000 §2.2.
+
+The hot path (the simulator runs it for every client of every round) uses a :class:`FlatParameters` binding:
+loading the global model is one ``copy_``, a step is one forward/backward plus a few fused vector operations, and
+minibatches are ``index_select`` on tensors already in memory (no DataLoader).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from learning._data import Dataset
+from learning._errors import ConfigError
+from learning._models import ModelSpec, SeededDropout, build_model
+from learning._params import FlatParameters
+
+__all__ = [
+    "EvalResult",
+    "LocalResult",
+    "LocalTrainer",
+    "LocalTrainingConfig",
+    "evaluate",
+    "resolve_device",
+    "train_local",
+]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (the ``--device`` option) as a :class:`torch.device`.
+
+    Raises
+    ------
+    ConfigError
+        Unknown device, or CUDA requested where it is not available.
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"unknown device {name!r}; use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unsupported device {name!r}; use cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {name!r} requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
+    return device
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalTrainingConfig:
+    """How a client trains locally. Exactly one of ``steps`` / ``epochs``.
+
+    Attributes
+    ----------
+    steps:
+        K local steps (seed_000 s; seed_003 τ; seed_004 K; W1: 10).
+    epochs:
+        E passes over the local data, ``⌈n/B⌉`` steps each (``⌊n/B⌋`` with ``drop_last``) — seed_001/seed_002's
+        "local epochs".
+    batch_size:
+        B; ``None`` = full batch (every step on the whole local dataset, no sampling; seed_000 Synthetic).
+    sampling:
+        ``"with_replacement"``: every batch is B uniform draws (seed_001 §6.1; W1 "seeded sampling");
+        ``"shuffle"``: reshuffled passes without replacement (steps mode: consecutive batches over concatenated
+        permutations); ``"sequential"``: fixed order from a cursor that the caller keeps across rounds
+        (seed_000 §4.3's persistent DataLoader iterator; see ``LocalResult.next_cursor``).
+    drop_last:
+        Epoch mode: drop the last partial batch.
+    momentum, nesterov:
+        ρ of momentum SGD (seed_000 Table 1: 0.9 for FedProx and the Byzantine runs); PyTorch convention.
+    weight_decay:
+        λ, added to the gradient (seed_004 App. C: ℓ2 1e-4; seed_003 §7.3: 1e-3 on all parameters here).
+    prox_mu:
+        FedProx μ: adds ``μ (z − θ_t)`` (seed_000 §2.2 μ_0; seed_001 §2.5).
+    """
+
+    steps: int | None = None
+    epochs: int | None = None
+    batch_size: int | None = 32
+    sampling: Literal["with_replacement", "shuffle", "sequential"] = "with_replacement"
+    drop_last: bool = False
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if (self.steps is None) == (self.epochs is None):
+            raise ConfigError("local training needs exactly one of steps= or epochs=")
+        for key, value in (("steps", self.steps), ("epochs", self.epochs), ("batch_size", self.batch_size)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"local training: {key} must be a positive int, got {value!r}")
+        if self.sampling not in ("with_replacement", "shuffle", "sequential"):
+            raise ConfigError(f"local training: unknown sampling {self.sampling!r}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"local training: momentum must be in [0, 1), got {self.momentum}")
+        if self.nesterov and self.momentum == 0.0:
+            raise ConfigError("local training: nesterov needs momentum > 0")
+        for key, value in (("weight_decay", self.weight_decay), ("prox_mu", self.prox_mu)):
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ConfigError(f"local training: {key} must be >= 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class LocalResult:
+    """One client's local training outcome.
+
+    Attributes
+    ----------
+    delta:
+        ``Δ = z_K − θ_t``, a new 1-D tensor (dtype/device of the model).
+    num_samples:
+        Size n_i of the local dataset (the FedAvg weight numerator).
+    steps:
+        Number of SGD steps taken.
+    samples_seen:
+        Sum of the batch sizes.
+    lr:
+        The learning rate used.
+    loss_mean, loss_last:
+        Mean and last minibatch loss (the data term, before regularisers), at the iterate before each step.
+    momentum_buffer:
+        Final momentum buffer (None without momentum): pass it back for client momentum that persists across
+        rounds (seed_000 §2.4).
+    next_cursor:
+        ``"sequential"`` sampling: where the next round continues; otherwise 0.
+    """
+
+    delta: torch.Tensor
+    num_samples: int
+    steps: int
+    samples_seen: int
+    lr: float
+    loss_mean: float
+    loss_last: float
+    momentum_buffer: torch.Tensor | None
+    next_cursor: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalResult:
+    """Mean cross-entropy loss and accuracy of a model on a dataset."""
+
+    loss: float
+    accuracy: float
+    num_samples: int
+
+
+def _batches(
+    n: int, config: LocalTrainingConfig, generator: torch.Generator, cursor: int
+) -> tuple[list[torch.Tensor | None], int]:
+    """The minibatch index tensors (CPU int64) of one local run, and the next cursor."""
+    batch = config.batch_size
+    if batch is None:
+        count = config.steps if config.steps is not None else config.epochs
+        assert count is not None
+        return [None] * count, 0
+    if config.steps is not None:
+        k = config.steps
+        if config.sampling == "with_replacement":
+            return list(torch.randint(0, n, (k, batch), generator=generator).unbind(0)), 0
+        if config.sampling == "shuffle":
+            rounds = -(-k * batch // n)
+            order = torch.cat([torch.randperm(n, generator=generator) for _ in range(rounds)])
+            return list(order[: k * batch].view(k, batch).unbind(0)), 0
+        positions = (torch.arange(k * batch, dtype=torch.int64) + cursor) % n
+        return list(positions.view(k, batch).unbind(0)), (cursor + k * batch) % n
+    assert config.epochs is not None
+    out: list[torch.Tensor | None] = []
+    per_epoch = n // batch if config.drop_last else -(-n // batch)
+    for _ in range(config.epochs):
+        if config.sampling == "with_replacement":
+            order = torch.randint(0, n, (n,), generator=generator)
+        elif config.sampling == "shuffle":
+            order = torch.randperm(n, generator=generator)
+        else:
+            order = torch.arange(n, dtype=torch.int64)
+        out.extend(order[i * batch : (i + 1) * batch] for i in range(per_epoch))
+    return out, 0
+
+
+def _dropout_generator(module: nn.Module, generator: torch.Generator, device: torch.device) -> None:
+    dropouts = [m for m in module.modules() if isinstance(m, SeededDropout)]
+    if not dropouts:
+        return
+    if device.type == "cpu":
+        dev_gen = generator
+    else:  # derive a device generator from the seeded CPU stream
+        dev_gen = torch.Generator(device=device)
+        dev_gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+    for m in dropouts:
+        m.generator = dev_gen
+
+
+def train_local(
+    flat: FlatParameters,
+    global_params: torch.Tensor,
+    data: Dataset,
+    config: LocalTrainingConfig,
+    *,
+    lr: float,
+    generator: torch.Generator,
+    momentum_buffer: torch.Tensor | None = None,
+    gradient_correction: torch.Tensor | None = None,
+    cursor: int = 0,
+) -> LocalResult:
+    """Run one client's local training from ``global_params`` and return its update Δ (see the module docstring).
+
+    Parameters
+    ----------
+    flat:
+        The model, bound with :meth:`FlatParameters.bind` (reused across clients: its parameters are
+        overwritten by ``global_params`` first).
+    global_params:
+        θ_t, 1-D of length ``flat.numel`` (converted to the model's dtype/device if needed; never modified).
+    data:
+        The client's local dataset, on the model's device and (floating features) in its dtype (``Dataset.to``).
+    config:
+        Steps/epochs, batch size, sampling, momentum, weight decay, FedProx μ.
+    lr:
+        η for this round (``schedule(fl_round)``).
+    generator:
+        Seeded CPU :class:`torch.Generator` for minibatch sampling (and dropout masks); the only randomness.
+    momentum_buffer:
+        Initial momentum buffer (default zeros); not modified.
+    gradient_correction:
+        Constant vector c added to every step's gradient (SCAFFOLD ``c − c_i``, seed_001 §2.6).
+    cursor:
+        Start position for ``sampling="sequential"``.
+
+    Returns
+    -------
+    LocalResult
+    """
+    if not (math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"learning rate must be a positive finite number, got {lr}")
+    if generator.device.type != "cpu":
+        raise ConfigError("train_local samples minibatches with a CPU torch.Generator")
+    n = len(data)
+    if n == 0:
+        raise ConfigError("cannot train on an empty local dataset")
+    module, vec, grad = flat.module, flat.vector, flat.grad
+    device = vec.device
+    if data.x.device != device:
+        raise ConfigError(f"data on {data.x.device} but the model on {device}: use Dataset.to(device)")
+    if data.x.is_floating_point() and data.x.dtype != vec.dtype:
+        raise ConfigError(f"data are {data.x.dtype} but the model is {vec.dtype}: use Dataset.to(device, dtype)")
+    if global_params.dim() != 1 or global_params.numel() != vec.numel():
+        raise ConfigError(f"global_params must be 1-D of length {vec.numel()}, got {tuple(global_params.shape)}")
+    theta = global_params.to(device=device, dtype=vec.dtype)
+    if theta.data_ptr() == vec.data_ptr():
+        theta = theta.clone()
+    vec.copy_(theta)
+
+    batches, next_cursor = _batches(n, config, generator, cursor)
+    if device.type != "cpu":
+        batches = [b if b is None else b.to(device, non_blocking=True) for b in batches]
+    _dropout_generator(module, generator, device)
+
+    rho, wd, mu = config.momentum, config.weight_decay, config.prox_mu
+    buf: torch.Tensor | None = None
+    if rho > 0.0:
+        buf = torch.zeros_like(vec) if momentum_buffer is None else momentum_buffer.to(device, vec.dtype).clone()
+    correction = None if gradient_correction is None else gradient_correction.to(device=device, dtype=vec.dtype)
+
+    x, y = data.x, data.y
+    module.train()
+    loss_sum = torch.zeros((), dtype=torch.float32, device=device)
+    loss = loss_sum
+    seen = 0
+    for b in batches:
+        if b is None:
+            xb, yb = x, y
+        else:
+            xb, yb = x.index_select(0, b), y.index_select(0, b)
+        grad.zero_()
+        loss = F.cross_entropy(module(xb), yb)
+        loss.backward()
+        if wd:
+            grad.add_(vec, alpha=wd)
+        if mu:
+            grad.add_(vec, alpha=mu).sub_(theta, alpha=mu)
+        if correction is not None:
+            grad.add_(correction)
+        if buf is not None:
+            buf.mul_(rho).add_(grad)
+            step = grad.add_(buf, alpha=rho) if config.nesterov else buf
+        else:
+            step = grad
+        vec.add_(step, alpha=-lr)
+        loss_sum += loss.detach()
+        seen += yb.shape[0]
+    steps = len(batches)
+    return LocalResult(
+        delta=vec - theta,
+        num_samples=n,
+        steps=steps,
+        samples_seen=seen,
+        lr=float(lr),
+        loss_mean=float(loss_sum) / steps if steps else float("nan"),
+        loss_last=float(loss.detach()) if steps else float("nan"),
+        momentum_buffer=buf,
+        next_cursor=next_cursor,
+    )
+
+
+@torch.no_grad()
+def evaluate(module: nn.Module, data: Dataset, *, batch_size: int = 4096) -> EvalResult:
+    """Mean cross-entropy and accuracy of ``module`` (in eval mode; its previous mode is restored) on ``data``."""
+    if len(data) == 0:
+        raise ConfigError("cannot evaluate on an empty dataset")
+    was_training = module.training
+    module.eval()
+    try:
+        loss = torch.zeros((), dtype=torch.float64, device=data.x.device)
+        correct = torch.zeros((), dtype=torch.int64, device=data.x.device)
+        for start in range(0, len(data), batch_size):
+            xb, yb = data.x[start : start + batch_size], data.y[start : start + batch_size]
+            out = module(xb)
+            loss += F.cross_entropy(out, yb, reduction="sum").double()
+            correct += (out.argmax(dim=1) == yb).sum()
+    finally:
+        module.train(was_training)
+    n = len(data)
+    return EvalResult(loss=float(loss) / n, accuracy=int(correct) / n, num_samples=n)
+
+
+class LocalTrainer:
+    """One reusable model object for all clients of a process: build once, then ``train``/``evaluate`` any flat
+    parameter vector (the simulator's hot path).
+
+    Examples
+    --------
+    >>> from learning._models import MLPSpec
+    >>> trainer = LocalTrainer(MLPSpec(in_features=64), LocalTrainingConfig(steps=10, batch_size=32))
+    >>> theta = trainer.initial_parameters(seed=0)
+    >>> theta.shape
+    torch.Size([4810])
+    """
+
+    __slots__ = ("config", "device", "flat", "spec")
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        config: LocalTrainingConfig,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        init_seed: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.config = config
+        self.device = torch.device(device)
+        module = build_model(spec, seed=init_seed, device=self.device, dtype=dtype)
+        self.flat = FlatParameters.bind(module)
+
+    @property
+    def module(self) -> nn.Module:
+        """The shared model object (its parameters are whatever was loaded last)."""
+        return self.flat.module
+
+    def initial_parameters(self, *, seed: int) -> torch.Tensor:
+        """θ_0: the flat parameters of a freshly initialised model (same seed ⇒ same vector, any device)."""
+        module = build_model(self.spec, seed=seed, device=self.device, dtype=self.flat.vector.dtype)
+        return torch.cat([p.detach().reshape(-1) for p in module.parameters()])
+
+    def train(
+        self,
+        global_params: torch.Tensor,
+        data: Dataset,
+        *,
+        lr: float,
+        generator: torch.Generator,
+        momentum_buffer: torch.Tensor | None = None,
+        gradient_correction: torch.Tensor | None = None,
+        cursor: int = 0,
+    ) -> LocalResult:
+        """:func:`train_local` with this trainer's model and config."""
+        return train_local(
+            self.flat,
+            global_params,
+            data,
+            self.config,
+            lr=lr,
+            generator=generator,
+            momentum_buffer=momentum_buffer,
+            gradient_correction=gradient_correction,
+            cursor=cursor,
+        )
+
+    def evaluate(self, params: torch.Tensor, data: Dataset, *, batch_size: int = 4096) -> EvalResult:
+        """Load ``params`` into the shared model and :func:`evaluate` it on ``data``."""
+        self.flat.load_(params)
+        return evaluate(self.flat.module, data, batch_size=batch_size)
