@@ -183,6 +183,14 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
                 return EXIT_INVALID
         from tqdm import tqdm
 
+        from node.reexec import reexecutor_for
+
+        rx = None if args.reexec == "no" or args.no_blobs else reexecutor_for(genesis)
+        if args.reexec == "yes" and rx is None:
+            raise CliError(
+                f"{args.path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}"
+                + (" without blobs" if args.no_blobs else "")
+            )
         # progress on stderr, only when it is a terminal (disable=None), so scripts see one line
         with tqdm(total=store.height(), desc="verify", unit="block", file=sys.stderr, disable=None, leave=False) as bar:
             report = audit_chain(
@@ -190,9 +198,13 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
                 store.iter_rows(),
                 blobs=None if args.no_blobs else blobs,
                 expect_height=args.expect_height,
+                reexecutor=rx,
                 on_block=lambda _h: bar.update(1),
             )
-    print(report.line())
+    note = ""
+    if report.ok and rx is None and args.reexec == "auto":
+        note = f" (rounds not re-executed: algorithm {genesis.protocol.algorithm!r} has no re-executor)"
+    print(report.line() + note)
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
@@ -364,6 +376,35 @@ def cmd_ledger_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+def cmd_sim_run(args: argparse.Namespace) -> int:
+    from sim import default_scenario_path, run_scenario
+
+    scenario = Path(args.scenario) if args.scenario else default_scenario_path()
+    name = scenario.stem
+    out = Path(args.out) if args.out else Path("results") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from consensus import ConsensusError
+    from learning._errors import LearningError
+    from sim import LivenessError
+
+    try:
+        summary = run_scenario(scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet)
+    except FileExistsError as e:
+        raise CliError(str(e)) from None
+    except (LearningError, ConsensusError) as e:
+        raise CliError(f"{scenario}: {e}") from None
+    except LivenessError as e:
+        print(f"FAIL: {e}")
+        return EXIT_INVALID
+    print(
+        f"{summary['scenario']}: {summary['rounds']} rounds, final accuracy {summary['final_accuracy']:.4f}, "
+        f"head {summary['head_hash'][:16]}, Byzantine updates accepted {summary['byzantine_accepted_total']}, "
+        f"view changes {summary['view_changes']}, {summary['wall_seconds']:.1f} s"
+    )
+    print(f"ledger: {summary['ledger_verdict']}")
+    print(f"results in {out}/ (ledger/, metrics.csv, summary.json, accuracy.png, acceptance.png)")
+    return EXIT_OK if summary["ledger_verified"] else EXIT_INVALID
+
+
 # --- parser ----------------------------------------------------------------------------------
 
 
@@ -404,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--genesis", help="trusted genesis file to compare the ledger's genesis with")
     v.add_argument("--no-blobs", action="store_true", help="skip checking referenced blobs")
     v.add_argument("--expect-height", type=int, help="fail if the chain is shorter (detects a truncated tail)")
+    v.add_argument("--reexec", choices=("auto", "yes", "no"), default="auto",
+                   help="re-execute every round (scores, selection, election, aggregation) from the blobs; "
+                        "auto = when the genesis algorithm is known (default)")
     v.set_defaults(func=cmd_ledger_verify)
     s = lg.add_parser("show", help="list blocks, or print one block (0 = genesis)")
     s.add_argument("path")
@@ -432,6 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--blocks", type=int, default=200)
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_ledger_demo)
+
+    sm = sub.add_parser("sim", help="run local multi-node simulations").add_subparsers(dest="sub", required=True)
+    sr = sm.add_parser("run", help="run a scenario (default: scenarios/quickstart.toml) and write a results folder")
+    sr.add_argument("scenario", nargs="?", help="scenario TOML file")
+    sr.add_argument("--seed", type=int, help="override the scenario's seed")
+    sr.add_argument("--rounds", type=int, help="override the scenario's number of rounds")
+    sr.add_argument("--out", help="results folder (default: results/<scenario>-<timestamp>)")
+    sr.add_argument("--quiet", action="store_true", help="no progress bar")
+    sr.set_defaults(func=cmd_sim_run)
     return ap
 
 

@@ -1,1 +1,117 @@
-"""consensus package."""
+"""concilium's consensus: the pBFT replica, CMFL committee selection/election, coordinator choice, evidence.
+
+Sans-I/O and deterministic (DESIGN.md "State machines, not callbacks"): a :class:`Replica` consumes
+messages (:meth:`Replica.step`), ticks (:meth:`Replica.tick`) and proposals (:meth:`Replica.propose`)
+and returns effects; it imports only the standard library and :mod:`ledger`. The committee functions
+are pure arithmetic over the score rows a proposal carries (seed_003 §2). A deterministic cluster
+harness for tests and simulations is in :mod:`consensus.testing`.
+"""
+
+from consensus._certify import advance_state, check_commit_certificate, verify_decided_block
+from consensus._committee import (
+    DISTANCE_FLOOR,
+    KIND_SCORES,
+    SCORE_AGGREGATIONS,
+    STRATEGIES,
+    CmflDecision,
+    CmflParams,
+    CommitteeSizes,
+    ScoreRow,
+    check_cmfl_payload,
+    cmfl_record,
+    combine_scores,
+    committee_sizes,
+    coordinator,
+    decide_round,
+    elect_committee,
+    election_window,
+    parse_score_row,
+    rank_clients,
+    round_half_up,
+    sample_committee,
+    sample_training_clients,
+    select_clients,
+    sign_score_row,
+    update_equivocation_evidence,
+)
+from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._errors import (
+    CommitteeConfigError,
+    ConsensusError,
+    EquivocationError,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
+from consensus._messages import (
+    KIND_COMMIT,
+    KIND_NEW_VIEW,
+    KIND_PRE_PREPARE,
+    KIND_PREPARE,
+    KIND_SYNC,
+    KIND_VIEW_CHANGE,
+    MESSAGE_BYTES_MAX,
+    Message,
+    Proposal,
+    decided_message,
+    parse,
+)
+from consensus._replica import Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
+
+__all__ = [
+    "DISTANCE_FLOOR",
+    "KIND_COMMIT",
+    "KIND_NEW_VIEW",
+    "KIND_PREPARE",
+    "KIND_PRE_PREPARE",
+    "KIND_SCORES",
+    "KIND_SYNC",
+    "KIND_VIEW_CHANGE",
+    "MESSAGE_BYTES_MAX",
+    "SCORE_AGGREGATIONS",
+    "STRATEGIES",
+    "Broadcast",
+    "CmflDecision",
+    "CmflParams",
+    "Commit",
+    "CommitteeConfigError",
+    "CommitteeSizes",
+    "ConsensusError",
+    "Effect",
+    "EquivocationError",
+    "LocalProtocolError",
+    "Message",
+    "Phase",
+    "Proposal",
+    "Refusal",
+    "RemoteProtocolError",
+    "Replica",
+    "ReplicaConfig",
+    "ReplicaStatus",
+    "ReportMisbehavior",
+    "RequestProposal",
+    "ScoreRow",
+    "Send",
+    "SendBlocks",
+    "Validator",
+    "advance_state",
+    "check_cmfl_payload",
+    "check_commit_certificate",
+    "cmfl_record",
+    "combine_scores",
+    "committee_sizes",
+    "coordinator",
+    "decide_round",
+    "decided_message",
+    "elect_committee",
+    "election_window",
+    "parse",
+    "parse_score_row",
+    "rank_clients",
+    "round_half_up",
+    "sample_committee",
+    "sample_training_clients",
+    "select_clients",
+    "sign_score_row",
+    "update_equivocation_evidence",
+    "verify_decided_block",
+]

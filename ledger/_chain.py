@@ -161,10 +161,13 @@ def make_header(
     )
 
 
-def make_certificate(header: BlockHeader, signatures: Sequence[CommitSignature]) -> Certificate:
+def make_certificate(
+    header: BlockHeader, signatures: Sequence[CommitSignature], *, view: int | None = None
+) -> Certificate:
+    """The certificate of ``header`` from COMMIT signatures cast in ``view`` (default: the header's view)."""
     return Certificate(
         height=header.height,
-        view=header.view,
+        view=header.view if view is None else view,
         block_hash=header.hash(),
         signatures=tuple(sorted(signatures, key=lambda s: s.signer)),
     )
@@ -250,7 +253,9 @@ def check_certificate(
     """Raise unless ``cert`` holds a quorum of valid COMMIT signatures of ``committee`` over ``header``."""
     h = header.height
     _check(cert.height == h, h, f"certificate is for height {cert.height}")
-    _check(cert.view == header.view, h, f"certificate is for view {cert.view}, header has view {header.view}")
+    # pBFT §4.5.2: after a view change the highest prepared block is re-proposed *unchanged* (its header
+    # keeps the view and proposer it was first proposed in) and committed by votes of the later view.
+    _check(cert.view >= header.view, h, f"certificate is for view {cert.view}, before the header's view {header.view}")
     _check(cert.block_hash == (header_hash or header.hash()), h, "certificate signs a different block hash")
     cset = frozenset(committee)
     need = ctx.quorum(len(committee))

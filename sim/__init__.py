@@ -1,8 +1,29 @@
-"""Deterministic simulation: no trio, no libp2p, no wall clock, no global RNG.
+"""Deterministic simulation: no trio, no libp2p, no wall clock in the protocol path, no global RNG.
 
-For now: the ledger demo chain generator. The discrete-event training simulator lands with issue 5.
+:class:`Simulation` runs N real node cores (committee, pBFT, signatures, ledger) over an in-memory
+network in virtual time; :func:`run_scenario` is the main job (``concilium sim run``);
+:class:`LedgerDemo` generates signed demo chains for ledger tests and benchmarks.
 """
 
+from sim._engine import LivenessError, RoundMetrics, SimResult, Simulation
 from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
+from sim._rng import RngTree
+from sim._run import run_scenario, verify_ledger, write_results
+from sim._scenario import Scenario, default_scenario_path, load_scenario
 
-__all__ = ["LedgerDemo", "demo_genesis", "tensor_blob"]
+__all__ = [
+    "LedgerDemo",
+    "LivenessError",
+    "RngTree",
+    "RoundMetrics",
+    "Scenario",
+    "SimResult",
+    "Simulation",
+    "default_scenario_path",
+    "demo_genesis",
+    "load_scenario",
+    "run_scenario",
+    "tensor_blob",
+    "verify_ledger",
+    "write_results",
+]

@@ -69,7 +69,8 @@ def demo_genesis(
         chain_id=chain_id,
         genesis_time_ms=0,
         members=members,
-        protocol=ProtocolParams(mode="committee", algorithm="cmfl", committee_size=committee_size, quorum=quorum),
+        # "demo": no real training behind these rounds, so an auditor has nothing to re-execute
+        protocol=ProtocolParams(mode="coordinator", algorithm="demo", committee_size=committee_size, quorum=quorum),
         model=ModelSpec(name="mlp", digest=model_digest or sha256(b"concilium-demo-initial-model")),
     )
 

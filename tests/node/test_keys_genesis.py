@@ -78,7 +78,7 @@ def test_genesis_member_order_in_file_does_not_matter(tmp_path):
         (lambda t: t.replace('chain_id = "concilium-demo"\n', ""), "missing field chain_id"),
         (lambda t: t.replace("committee_size = 4", "committee_size = 4\nspeed = 3"), "unknown field protocol.speed"),
         (lambda t: t.replace("committee_size = 4", 'committee_size = "four"'), "protocol.committee_size: expected an integer"),
-        (lambda t: t.replace('mode = "committee"', 'mode = "server"'), "protocol: mode must be one of"),
+        (lambda t: t.replace('mode = "coordinator"', 'mode = "server"'), "protocol: mode must be one of"),
         (lambda t: t + "\n[[members]]\npeer_id = \"12D3KooWx\"\npublic_key = \"zz\"\n", "members[5].public_key: not a hex string"),
         (lambda t: t.replace("[model]", "[model]\n[model]"), "not a valid TOML"),
     ],

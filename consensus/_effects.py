@@ -1,0 +1,77 @@
+"""What a replica asks its driver to do: frozen effect records (etcd's ``Ready``).
+
+A driver (``node/runtime`` or ``sim``) executes each batch in order: ``Commit`` (persist the block
+durably, then apply it) before any ``Send``/``Broadcast`` of the same batch, as etcd persists before
+sending. Time is the driver calling ``Replica.tick()``; there are no timer effects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger import Block, Evidence, Payload
+
+from consensus._messages import Message
+
+__all__ = ["Broadcast", "Commit", "Effect", "ReportMisbehavior", "RequestProposal", "Send", "SendBlocks"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """Send ``message`` to one peer."""
+
+    to: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Broadcast:
+    """Send ``message`` to each peer of ``to`` (sorted, never the sender itself)."""
+
+    to: tuple[str, ...]
+    message: Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendBlocks:
+    """Send ``to`` the decided blocks of heights ``[start, stop)`` from the block store, each as
+    ``Message(block=...)``: a member is stuck at a height this replica has decided."""
+
+    to: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """``block`` is decided at its height: persist it, then apply it. Its certificate is in the block."""
+
+    block: Block
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestProposal:
+    """This replica is the primary of (``height``, ``view``) and must propose: call ``Replica.propose``.
+
+    In coordinator mode the primary is the coordinator: this is its cue to run the algorithm's server
+    side and build the payload. A late answer (the view moved on) is ignored by ``propose``.
+    """
+
+    height: int
+    view: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportMisbehavior:
+    """Signed proof that a member misbehaved, for a later block's ``payload.evidence``.
+
+    ``evidence.kind == "equivocation"``: two conflicting signed messages (verifiable by anyone).
+    ``evidence.kind == "invalid_proposal"``: the primary's signed pre-prepare that ``validate``
+    refused, with ``reason``; ``payload`` is the refused payload, needed to re-execute the claim.
+    """
+
+    evidence: Evidence
+    payload: Payload | None = None
+
+
+Effect = Send | Broadcast | SendBlocks | Commit | RequestProposal | ReportMisbehavior

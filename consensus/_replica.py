@@ -1,0 +1,1014 @@
+"""The pBFT replica: a sans-I/O state machine running one pBFT instance per height.
+
+Castro & Liskov's pBFT (OSDI '99, "[pBFT §n]" below) mapped onto a committee round as in seed_003
+§2.8.2: replica set = the height's committee (named by the previous block), quorum ``q`` of ``C``
+(``ledger.quorum_size``: ``2f+1`` of ``3f+1`` by default, the paper's ``⌊C/2⌋+1`` as the documented,
+not Byzantine-safe option), view ``v`` restarting at 0 every height, primary of ``(height, view)`` =
+``ledger.primary(committee, prev_hash, height, view)``.
+
+Normal case, at height ``h`` in view ``v``:
+
+1. The primary pre-prepares a block (header + payload) [§4.2; CCP steps 3-4]. Its pre-prepare counts as
+   its own vote.
+2. A backup that accepts it - signed by the primary of ``(h, v)``, header of view ``v`` linking to the
+   previous block, and the injected ``validate(proposal)`` (the node's re-execution of scoring,
+   selection, election, aggregation) returns ``None`` - broadcasts PREPARE [§4.2; CCP step 5]. One that
+   refuses records why, reports the signed proposal, and starts a view change at once (DESIGN.md,
+   coordinator mode step 4).
+3. With the pre-prepare and ``q`` matching votes a replica is *prepared* and broadcasts COMMIT [§4.3].
+4. ``q`` COMMITs of one view for one block hash are a certificate: the block is decided and emitted as
+   ``Commit(block)`` [§4.3; CCP step 6].
+
+View change [§4.5.2]: when a phase's timer expires (``timeout_ticks_*``, doubled per view up to
+``2**backoff_exponent_max``), or the proposal is refused, a replica broadcasts VIEW-CHANGE(h, v+1) with
+its highest prepared certificate; it joins the smallest higher view for which it holds ``C - q + 1``
+(``f+1``) view changes. The primary of ``v+1`` collects ``q`` and broadcasts NEW-VIEW with them and,
+if any carries a prepared certificate, a pre-prepare of the highest one's *unchanged* header
+(``certificate.view >= header.view``, see :mod:`consensus._certify`); otherwise it asks its node for
+a fresh proposal (``RequestProposal``).
+
+Retransmission: while a view is stuck in a phase, every ``timeout_ticks_retransmit`` the replica
+re-sends its own messages of the view to the members that have not shown they have them (nothing is
+re-sent while views make progress).
+
+Catch-up: a replica that is not in the height's committee observes. Decided blocks travel as
+``Message(block=...)`` and are accepted at the current height on their certificate alone: the first
+``C - q + 1`` committee members (by a hash of the block) send the block to next-committee newcomers
+(CCP step 8); a replica that sees a member stuck at a height it has decided (its VIEW-CHANGE, a
+retransmitted vote, a ``sync_request``) asks its node to send it a batch of blocks from the block store
+(``SendBlocks``, rate limited); a replica that sees a member two heights ahead asks it; observers ask a
+committee member in turn every ``timeout_ticks_sync``.
+
+Not persisted: the votes of the current height. A replica restarted from its last decided state may
+vote again at that height, differently (the node must persist votes first, see the issue note).
+
+Pure: no clock, no randomness, no I/O. Peers are iterated in sorted order. Every buffer is bounded.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ledger import (
+    Block,
+    BlockHeader,
+    Certificate,
+    ChainContext,
+    ChainState,
+    CommitSignature,
+    Evidence,
+    KeyPair,
+    LedgerError,
+    Payload,
+    SignatureError,
+    SignedMessage,
+    Timeouts,
+    encode,
+    hash_tagged,
+    make_header,
+    merkle_root,
+    primary,
+    sha256,
+    sign_bytes,
+    update_leaves,
+)
+
+from consensus._certify import advance_state, verify_decided_block
+from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._errors import EquivocationError, LocalProtocolError, RemoteProtocolError
+from consensus._messages import (
+    KIND_COMMIT,
+    KIND_NEW_VIEW,
+    KIND_PRE_PREPARE,
+    KIND_PREPARE,
+    KIND_VIEW_CHANGE,
+    PBFT_KINDS,
+    Decided,
+    Message,
+    NewView,
+    PrePrepare,
+    PreparedProof,
+    Proposal,
+    SyncRequest,
+    ViewChange,
+    Vote,
+    decided_message,
+    new_view_message,
+    parse,
+    pre_prepare_message,
+    sync_request_message,
+    view_change_message,
+    vote_message,
+)
+
+__all__ = ["Phase", "Refusal", "Replica", "ReplicaConfig", "ReplicaStatus", "Validator"]
+
+Validator = Callable[[Proposal], "str | None"]
+"""``validate(proposal) -> None`` if the replica agrees, else the reason it refuses. Must be deterministic."""
+
+REASON_BYTES_MAX = 1024
+_NEVER = 1 << 62  # a deadline that is not armed
+
+
+class Phase(enum.StrEnum):
+    PROPOSE = "propose"  # waiting for the view's pre-prepare (the primary: for its node's proposal)
+    PREPARE = "prepare"  # accepted a pre-prepare, collecting PREPAREs
+    COMMIT = "commit"  # prepared, sent COMMIT, collecting COMMITs
+    VIEW_CHANGE = "view_change"  # sent VIEW-CHANGE(view), waiting for NEW-VIEW(view)
+    OBSERVE = "observe"  # not in this height's committee: waiting for the decided block
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaConfig:
+    """Timeouts (in ticks) and bounds of a replica.
+
+    Each phase's timer is ``timeout_ticks_<phase> * 2**min(view, backoff_exponent_max)`` [pBFT §4.5.2:
+    "wait 2T"]. View 0 of every height also waits ``timeout_ticks_start`` first (local training,
+    collecting updates and score rows).
+    """
+
+    timeout_ticks_start: int = 0
+    timeout_ticks_propose: int = 50
+    timeout_ticks_prepare: int = 50
+    timeout_ticks_commit: int = 50
+    timeout_ticks_view_change: int = 100
+    timeout_ticks_sync: int = 100
+    timeout_ticks_retransmit: int = 25
+    """While stuck in a phase, re-send this view's own messages to the members that have not answered."""
+    backoff_exponent_max: int = 4
+    view_window: int = 32
+    """Messages for views beyond ``view + view_window`` are dropped."""
+    height_window: int = 8
+    """Messages for heights beyond ``height + height_window`` are dropped."""
+    buffered_messages_max: int = 1024
+    """Messages kept for a later view or height (all senders together)."""
+    sync_batch_max: int = 8
+    """Decided blocks sent to a laggard per request (at most ``height_window``)."""
+    refusals_kept: int = 32
+    verify_cache_max: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.timeout_ticks_start < 0:
+            raise ValueError("timeout_ticks_start must be >= 0")
+        for name in ("timeout_ticks_propose", "timeout_ticks_prepare", "timeout_ticks_commit"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("timeout_ticks_view_change", "timeout_ticks_sync", "timeout_ticks_retransmit"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        for name in ("view_window", "height_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not 0 <= self.backoff_exponent_max <= 30:
+            raise ValueError("backoff_exponent_max must be in [0, 30]")
+        for name in ("buffered_messages_max", "sync_batch_max", "refusals_kept", "verify_cache_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.sync_batch_max > self.height_window:
+            raise ValueError("sync_batch_max must be <= height_window (the receiver holds them)")
+
+    @classmethod
+    def from_timeouts(cls, timeouts: Timeouts, **overrides: int) -> ReplicaConfig:
+        """The genesis' timeouts (``ProtocolParams.timeouts``); ``timeout_ticks_train`` starts each height."""
+        values = {
+            "timeout_ticks_start": timeouts.timeout_ticks_train,
+            "timeout_ticks_propose": timeouts.timeout_ticks_propose,
+            "timeout_ticks_prepare": timeouts.timeout_ticks_prepare,
+            "timeout_ticks_commit": timeouts.timeout_ticks_commit,
+            "timeout_ticks_view_change": timeouts.timeout_ticks_view_change,
+            "timeout_ticks_sync": timeouts.timeout_ticks_view_change,
+            "timeout_ticks_retransmit": max(1, timeouts.timeout_ticks_prepare // 2),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """A proposal this replica refused, and why."""
+
+    height: int
+    view: int
+    proposer: str
+    block_hash: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaStatus:
+    """A frozen snapshot of a replica (trio's ``statistics()``)."""
+
+    peer_id: str
+    height: int
+    """The height being decided (last decided + 1)."""
+    view: int
+    phase: Phase
+    primary: str
+    """Primary of (height, view): the proposer, the coordinator in coordinator mode."""
+    in_committee: bool
+    committee: tuple[str, ...]
+    quorum: int
+    head_hash: bytes
+    now_tick: int
+    deadline_tick: int
+    decided: int
+    """Blocks decided since start."""
+    view_changes: int
+    """VIEW-CHANGE messages sent since start."""
+    buffered: int
+    dropped: Mapping[str, int]
+    """Dropped peer messages by reason (``RemoteProtocolError.reason``)."""
+    duplicates: int
+    refusals: tuple[Refusal, ...]
+    """The last ``refusals_kept`` refused proposals."""
+    evidence_reported: int
+    stale_proposals: int
+    """``propose`` calls that came after the view or height had moved on (ignored)."""
+
+
+@dataclass(slots=True)
+class _HeightLog:
+    """Everything a replica remembers about the current height (reset when it advances)."""
+
+    accepted: dict[int, PrePrepare] = field(default_factory=dict)  # view -> accepted pre-prepare
+    proposals: dict[bytes, Proposal] = field(default_factory=dict)  # block hash -> proposal
+    verdicts: dict[bytes, str | None] = field(default_factory=dict)  # block hash -> validate()
+    prepares: dict[tuple[int, bytes], dict[str, SignedMessage]] = field(default_factory=dict)
+    commits: dict[tuple[int, bytes], dict[str, SignedMessage]] = field(default_factory=dict)
+    prepared: tuple[PreparedProof, Payload] | None = None  # highest prepared certificate
+    view_changes: dict[int, dict[str, ViewChange]] = field(default_factory=dict)
+    new_view_sent: set[int] = field(default_factory=set)
+    sent: dict[tuple[str, int], Message] = field(default_factory=dict)  # own (kind, view) -> message
+    bodies: dict[tuple[str, str, int], SignedMessage] = field(default_factory=dict)  # equivocation registry
+    evidence: set[tuple[str, str, int]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Buffered:
+    height: int
+    view: int
+    owner: str  # signer, or "" for a decided block
+    message: Message
+    sender: str | None
+
+
+class Replica:
+    """One member's pBFT replica. Drive it with :meth:`step` (a peer's message), :meth:`tick` (one tick of
+    logical time) and :meth:`propose` (the node's proposal, after ``RequestProposal``); execute the
+    returned effects in order.
+
+    Parameters
+    ----------
+    ctx:
+        The chain context (genesis: members' keys, quorum rule).
+    key:
+        This member's key; it signs every vote.
+    state:
+        The last decided chain state (``ledger.genesis_state(ctx)`` at start).
+    validate:
+        ``validate(proposal) -> None | reason``: deterministic re-execution of the proposal by the node.
+    config:
+        Timeouts and bounds; ``ReplicaConfig.from_timeouts(genesis.protocol.timeouts)`` by default.
+
+    The constructor's effects (``RequestProposal`` when this replica is the first primary) are returned
+    by the first :meth:`tick` or :meth:`step`, or at once by :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        *,
+        ctx: ChainContext,
+        key: KeyPair,
+        state: ChainState,
+        validate: Validator,
+        config: ReplicaConfig | None = None,
+    ) -> None:
+        if key.peer_id not in ctx.members:
+            raise LocalProtocolError(f"{key.peer_id} is not a member of chain {ctx.chain_id}")
+        self._ctx = ctx
+        self._key = key
+        self._me = key.peer_id
+        self._validate = validate
+        self._cfg = config if config is not None else ReplicaConfig.from_timeouts(ctx.genesis.protocol.timeouts)
+        self._now = 0
+        self._deadline = 0
+        self._dropped: Counter[str] = Counter()
+        self._duplicates = 0
+        self._decided = 0
+        self._view_changes_sent = 0
+        self._evidence_reported = 0
+        self._stale_proposals = 0
+        self._refusals: deque[Refusal] = deque(maxlen=self._cfg.refusals_kept)
+        self._verified: dict[bytes, None] = {}
+        self._ahead: tuple[int, str] | None = None  # the highest height a member showed us, and who
+        self._served: dict[tuple[str, int], int] = {}  # (peer, height) -> tick we last sent it the block
+        self._sync_asked: dict[tuple[str, int], int] = {}  # (peer, height) -> tick we last asked it
+        self._sync_attempt = 0
+        self._buffer: list[_Buffered] = []
+        self._inbox: deque[tuple[Message, str | None]] = deque()
+        self._pending: list[Effect] = []
+        self._enter_height(state, self._pending)
+
+    # --- public API --------------------------------------------------------------------------
+
+    def start(self) -> list[Effect]:
+        """Effects produced by the constructor (``RequestProposal`` if this replica proposes first)."""
+        fx, self._pending = self._pending, []
+        return fx
+
+    def step(self, message: Message, *, sender: str | None = None) -> list[Effect]:
+        """A peer's message arrived (``sender``: the transport-authenticated peer, if known)."""
+        fx = self.start()
+        self._inbox.append((message, sender))
+        self._drain(fx)
+        return fx
+
+    def tick(self) -> list[Effect]:
+        """One tick of logical time passed."""
+        fx = self.start()
+        self._now += 1
+        if self._now >= self._retransmit_at and self._phase in (Phase.PREPARE, Phase.COMMIT, Phase.VIEW_CHANGE):
+            self._retransmit(fx)
+        if self._now >= self._deadline:
+            match self._phase:
+                case Phase.OBSERVE:
+                    self._ask_sync(fx)
+                case Phase.VIEW_CHANGE:  # pBFT §4.5.2: a quorum moved, no NEW-VIEW in time: next view, 2T
+                    self._start_view_change(self._view + 1, fx)
+                case _:  # pBFT §4.4: the view's timer expired before the block was decided
+                    self._start_view_change(self._view + 1, fx)
+        self._drain(fx)
+        return fx
+
+    def propose(self, payload: Payload, *, height: int, view: int, time_ms: int) -> list[Effect]:
+        """Pre-prepare ``payload`` as the primary of (``height``, ``view``), after ``RequestProposal``.
+
+        Returns ``[]`` (counted in ``status().stale_proposals``) if the replica has moved on since the
+        request. Raises :class:`LocalProtocolError` if this replica is not the primary, already
+        proposed, or its own ``validate`` refuses the proposal.
+        """
+        fx = self.start()
+        if (height, view) != (self._h, self._view) or self._phase is not Phase.PROPOSE:
+            self._stale_proposals += 1
+            return fx
+        v = self._view
+        if self._primary(v) != self._me:
+            raise LocalProtocolError(f"{self._me} is not the primary of height {height} view {view}")
+        if v in self._log.accepted or (v > 0 and v not in self._log.new_view_sent):
+            raise LocalProtocolError(f"height {height} view {view} has a proposal already")
+        if time_ms < self._state.time_ms:
+            raise LocalProtocolError(f"time_ms {time_ms} < the previous block's {self._state.time_ms}")
+        header = make_header(
+            chain_id=self._ctx.chain_id,
+            height=self._h,
+            prev_hash=self._state.head_hash,
+            view=v,
+            proposer=self._me,
+            time_ms=time_ms,
+            payload=payload,
+        )
+        bh = header.hash()
+        reason = self._check_header(header, payload) or self._verdict(bh, Proposal(header, payload))
+        if reason is not None:
+            raise LocalProtocolError(f"own proposal for height {height} view {view} refused: {reason}")
+        msg = pre_prepare_message(self._key, self._ctx.chain_id, self._h, v, header, payload)
+        assert msg.signed is not None
+        pp = PrePrepare(msg.signed, header, bh, payload)
+        self._register(msg.signed, fx)
+        self._log.sent[(KIND_PRE_PREPARE, v)] = msg
+        fx.append(Broadcast(to=self._others, message=msg))
+        self._accept(pp, fx, validate=False)
+        self._drain(fx)
+        return fx
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(
+            peer_id=self._me,
+            height=self._h,
+            view=self._view,
+            phase=self._phase,
+            primary=self._primary(self._view),
+            in_committee=self._in_committee,
+            committee=self._committee,
+            quorum=self._q,
+            head_hash=self._state.head_hash,
+            now_tick=self._now,
+            deadline_tick=self._deadline,
+            decided=self._decided,
+            view_changes=self._view_changes_sent,
+            buffered=len(self._buffer),
+            dropped=MappingProxyType(dict(sorted(self._dropped.items()))),
+            duplicates=self._duplicates,
+            refusals=tuple(self._refusals),
+            evidence_reported=self._evidence_reported,
+            stale_proposals=self._stale_proposals,
+        )
+
+    @property
+    def peer_id(self) -> str:
+        return self._me
+
+    @property
+    def chain_state(self) -> ChainState:
+        """The last decided chain state."""
+        return self._state
+
+    # --- heights and views ---------------------------------------------------------------------
+
+    def _enter_height(self, state: ChainState, fx: list[Effect]) -> None:
+        self._state = state
+        self._h = state.height + 1
+        self._committee = tuple(sorted(state.committee))
+        self._committee_set = frozenset(self._committee)
+        self._q = self._ctx.quorum(len(self._committee))
+        self._weak = len(self._committee) - self._q + 1  # f+1: at least one honest among them
+        self._others = tuple(p for p in self._committee if p != self._me)
+        self._in_committee = self._me in self._committee_set
+        self._log = _HeightLog()
+        self._view = 0
+        self._sync_attempt = 0
+        cfg = self._cfg
+        self._retransmit_at = self._now + cfg.timeout_ticks_retransmit
+        if self._in_committee:
+            self._phase = Phase.PROPOSE
+            self._deadline = self._now + cfg.timeout_ticks_start + cfg.timeout_ticks_propose
+            if self._primary(0) == self._me:
+                fx.append(RequestProposal(height=self._h, view=0))
+        else:
+            self._phase = Phase.OBSERVE
+            self._deadline = self._now + cfg.timeout_ticks_start + cfg.timeout_ticks_sync
+        self._replay()
+        ahead = self._ahead
+        held = any(not b.owner for b in self._buffer) or any(m.block is not None for m, _ in self._inbox)
+        if ahead is not None and ahead[0] > self._h and not held:
+            self._request_sync(ahead[1], fx)  # catching up: the next batch at once
+
+    def _enter_view(self, view: int, carried: PrePrepare | None, fx: list[Effect]) -> None:
+        self._view = view
+        self._phase = Phase.PROPOSE
+        self._deadline = self._now + self._cfg.timeout_ticks_propose * self._backoff(view)
+        if carried is not None:
+            self._accept(carried, fx, validate=False)
+        self._replay()
+
+    def _backoff(self, view: int) -> int:
+        return 1 << min(view, self._cfg.backoff_exponent_max)
+
+    def _primary(self, view: int) -> str:
+        return primary(self._committee, self._state.head_hash, self._h, view)
+
+    # --- input loop ----------------------------------------------------------------------------
+
+    def _drain(self, fx: list[Effect]) -> None:
+        while self._inbox:
+            message, sender = self._inbox.popleft()
+            try:
+                self._on_message(message, sender, fx)
+            except RemoteProtocolError as e:  # a peer fault: drop, count, carry on (never fatal)
+                self._dropped[e.reason] += 1
+
+    def _on_message(self, message: Message, sender: str | None, fx: list[Effect]) -> None:
+        parsed = parse(message)
+        if isinstance(parsed, Decided):
+            self._on_decided(parsed, sender, fx)
+            return
+        s = parsed.signed
+        if s.signer not in self._ctx.members:
+            raise RemoteProtocolError("not_member", f"{s.signer!r:.60} is not a member")
+        if isinstance(parsed, SyncRequest):
+            self._on_sync_request(parsed, fx)
+            return
+        if s.height < self._h:
+            # The sender is stuck at a height we decided: a view change says so, and so does a vote we
+            # have already verified once (it is being retransmitted). A first late vote says nothing.
+            if s.kind in (KIND_VIEW_CHANGE, KIND_NEW_VIEW) or self._seen(s):
+                self._serve(s, fx)
+            raise RemoteProtocolError("stale_height", f"{s.kind} for height {s.height} < {self._h}")
+        if s.height > self._h:
+            self._verify(s)
+            if s.kind in (KIND_VIEW_CHANGE, KIND_NEW_VIEW):  # the sender is stuck past our height
+                self._request_sync(s.signer, fx)
+            self._note_ahead(s.height, s.signer, fx)
+            if s.height > self._h + self._cfg.height_window:
+                raise RemoteProtocolError("future_height", f"{s.kind} for height {s.height}")
+            self._hold(s.height, s.view, s.signer, message, sender)
+            return
+        if s.signer not in self._committee_set:
+            raise RemoteProtocolError("not_in_committee", f"{s.signer} is not in the committee of height {self._h}")
+        if not self._in_committee:
+            raise RemoteProtocolError("not_recipient", f"{s.kind} sent to a replica outside the committee")
+        v, kind = s.view, s.kind
+        if v > self._view + self._cfg.view_window:
+            raise RemoteProtocolError("future_view", f"{kind} for view {v}")
+        if kind in (KIND_PRE_PREPARE, KIND_PREPARE, KIND_COMMIT):
+            if v > self._view or (v == self._view and self._phase is Phase.VIEW_CHANGE):
+                self._verify(s)  # for a view we have not entered yet: keep it
+                self._hold(s.height, v, s.signer, message, sender)
+                return
+            if v < self._view and kind != KIND_COMMIT:
+                raise RemoteProtocolError("stale_view", f"{kind} for view {v} < {self._view}")
+        elif v < self._view or (v == self._view and self._phase is not Phase.VIEW_CHANGE):
+            raise RemoteProtocolError("stale_view", f"{kind} for view {v}, replica in view {self._view}")
+        self._verify(s)
+        self._register(s, fx)
+        match (self._phase, parsed):
+            case (Phase.PROPOSE, PrePrepare()):  # pBFT §4.2: the primary's pre-prepare of this view
+                self._on_pre_prepare(parsed, fx)
+            case (_, PrePrepare()):  # the same pre-prepare again (a conflicting one was equivocation)
+                self._duplicates += 1
+            case (_, Vote(signed=SignedMessage(kind="prepare"))):  # pBFT §4.2, also before the pre-prepare
+                self._on_prepare(parsed, fx)
+            case (_, Vote()):  # pBFT §4.3: COMMIT, of this view or an earlier one (a late certificate)
+                self._on_commit(parsed, fx)
+            case (_, ViewChange()):  # pBFT §4.5.2
+                self._on_view_change(parsed, fx)
+            case (_, NewView()):  # pBFT §4.5.2
+                self._on_new_view(parsed, fx)
+            case _:
+                raise LocalProtocolError(f"unhandled {type(parsed).__name__} in phase {self._phase}")
+
+    # --- normal case [pBFT §4.2-4.3] ------------------------------------------------------------
+
+    def _on_pre_prepare(self, pp: PrePrepare, fx: list[Effect]) -> None:
+        expected = self._primary(self._view)
+        if pp.signed.signer != expected:
+            raise RemoteProtocolError("not_primary", f"pre_prepare by {pp.signed.signer}, primary is {expected}")
+        if pp.header.view != self._view:  # a re-proposal is valid only inside a NEW-VIEW
+            raise RemoteProtocolError("bad_pre_prepare", f"header of view {pp.header.view} outside a new_view")
+        self._accept(pp, fx, validate=True)
+
+    def _accept(self, pp: PrePrepare, fx: list[Effect], *, validate: bool) -> None:
+        """Accept the pre-prepare of the current view: vote PREPARE (backups), or refuse it."""
+        v, bh, h = self._view, pp.block_hash, self._h
+        assert pp.payload is not None
+        proposal = Proposal(pp.header, pp.payload)
+        self._learn(bh, proposal, fx)
+        if self._h != h:  # a certificate for it was already here: decided
+            return
+        if validate:
+            reason = self._check_header(pp.header, pp.payload) or self._verdict(bh, proposal)
+            if reason is not None:
+                self._refuse(pp, reason, fx)
+                return
+        self._log.accepted[v] = pp
+        self._phase = Phase.PREPARE
+        self._deadline = self._now + self._cfg.timeout_ticks_prepare * self._backoff(v)
+        self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
+        votes = self._log.prepares.setdefault((v, bh), {})
+        votes.setdefault(pp.signed.signer, pp.signed)  # the pre-prepare is the primary's vote
+        if pp.signed.signer != self._me:
+            msg = vote_message(self._key, self._ctx.chain_id, KIND_PREPARE, self._h, v, bh)
+            assert msg.signed is not None
+            self._register(msg.signed, fx)
+            votes[self._me] = msg.signed
+            self._log.sent[(KIND_PREPARE, v)] = msg
+            fx.append(Broadcast(to=self._others, message=msg))
+        self._check_prepared(fx)
+
+    def _refuse(self, pp: PrePrepare, reason: str, fx: list[Effect]) -> None:
+        """CCP step 5 / DESIGN.md: a replica that disagrees refuses, records why and asks for a new view."""
+        reason = reason.encode()[:REASON_BYTES_MAX].decode(errors="ignore")
+        s = pp.signed
+        self._refusals.append(
+            Refusal(height=s.height, view=s.view, proposer=s.signer, block_hash=pp.block_hash, reason=reason)
+        )
+        self._dropped["invalid_proposal"] += 1
+        ev = Evidence(kind="invalid_proposal", offender=s.signer, height=s.height, view=s.view, exhibits=(s,), reason=reason)
+        self._evidence_reported += 1
+        fx.append(ReportMisbehavior(evidence=ev, payload=pp.payload))
+        self._start_view_change(self._view + 1, fx)
+
+    def _on_prepare(self, vote: Vote, fx: list[Effect]) -> None:
+        s = vote.signed
+        votes = self._log.prepares.setdefault((s.view, vote.block_hash), {})
+        if s.signer in votes:
+            self._duplicates += 1
+            return
+        votes[s.signer] = s
+        self._check_prepared(fx)
+
+    def _check_prepared(self, fx: list[Effect]) -> None:
+        """pBFT §4.2 prepared(m, v, n, i): the pre-prepare and ``q`` matching votes -> broadcast COMMIT."""
+        if self._phase is not Phase.PREPARE:
+            return
+        v = self._view
+        pp = self._log.accepted[v]
+        votes = self._log.prepares.get((v, pp.block_hash), {})
+        if len(votes) < self._q:
+            return
+        proof = PreparedProof(
+            PrePrepare(pp.signed, pp.header, pp.block_hash, None),
+            tuple(votes[p] for p in sorted(votes) if p != pp.signed.signer),
+        )
+        assert pp.payload is not None
+        self._log.prepared = (proof, pp.payload)
+        self._phase = Phase.COMMIT
+        self._deadline = self._now + self._cfg.timeout_ticks_commit * self._backoff(v)
+        self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
+        msg = vote_message(self._key, self._ctx.chain_id, KIND_COMMIT, self._h, v, pp.block_hash)
+        assert msg.signed is not None
+        self._register(msg.signed, fx)
+        self._log.commits.setdefault((v, pp.block_hash), {})[self._me] = msg.signed
+        self._log.sent[(KIND_COMMIT, v)] = msg
+        fx.append(Broadcast(to=self._others, message=msg))
+        self._check_committed(v, pp.block_hash, fx)
+
+    def _on_commit(self, vote: Vote, fx: list[Effect]) -> None:
+        s = vote.signed
+        votes = self._log.commits.setdefault((s.view, vote.block_hash), {})
+        if s.signer in votes:
+            self._duplicates += 1
+            return
+        votes[s.signer] = s
+        self._check_committed(s.view, vote.block_hash, fx)
+
+    def _check_committed(self, view: int, bh: bytes, fx: list[Effect]) -> None:
+        """pBFT §4.3 committed-local: ``q`` COMMITs of one view for one block = its certificate."""
+        votes = self._log.commits.get((view, bh), {})
+        proposal = self._log.proposals.get(bh)
+        if len(votes) < self._q or proposal is None:
+            return  # without the proposal, the decided block comes from a peer (Message(block=...))
+        signers = sorted(votes)[: self._q]
+        cert = Certificate(
+            height=self._h,
+            view=view,
+            block_hash=bh,
+            signatures=tuple(CommitSignature(signer=p, signature=votes[p].signature) for p in signers),
+        )
+        self._decide(Block(header=proposal.header, payload=proposal.payload, certificate=cert), fx)
+
+    def _learn(self, bh: bytes, proposal: Proposal, fx: list[Effect]) -> None:
+        """Remember a proposal's data; decide at once if its certificate is already here."""
+        if bh in self._log.proposals:
+            return
+        self._log.proposals[bh] = proposal
+        for view in sorted(v for v, b in self._log.commits if b == bh):
+            self._check_committed(view, bh, fx)
+            if bh not in self._log.proposals:  # decided: the height moved on
+                return
+
+    def _decide(self, block: Block, fx: list[Effect]) -> None:
+        fx.append(Commit(block=block))
+        self._decided += 1
+        bh = block.header.hash()
+        newcomers = sorted(set(block.payload.next_committee) - self._committee_set - {self._me})
+        if newcomers and self._in_committee and self._me in self._announcers(bh):  # CCP step 8
+            fx.append(Broadcast(to=tuple(newcomers), message=decided_message(block)))
+        self._enter_height(advance_state(self._state, block), fx)
+
+    def _announcers(self, bh: bytes) -> list[str]:
+        """The ``C - q + 1`` committee members (at least one honest) that send a decided block onwards."""
+        ranked = sorted(self._committee, key=lambda p: (hash_tagged(b"concilium-announce/v1", bh + p.encode()), p))
+        return ranked[: self._weak]
+
+    def _retransmit(self, fx: list[Effect]) -> None:
+        """Re-send this view's own messages to the members that have not shown they have them.
+
+        pBFT assumes messages are retransmitted until received; this sends nothing while the view
+        makes progress (each phase change re-arms the timer), so the fault-free cost is zero.
+        """
+        self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
+        v, sent = self._view, self._log.sent
+        if self._phase is Phase.VIEW_CHANGE:
+            have = self._log.view_changes.get(v, {})
+            self._resend(sent.get((KIND_VIEW_CHANGE, v)), [p for p in self._others if p not in have], fx)
+            return
+        pp = self._log.accepted.get(v)
+        if pp is None:
+            return
+        prepares = self._log.prepares.get((v, pp.block_hash), {})
+        commits = self._log.commits.get((v, pp.block_hash), {})
+        # Who has not shown it accepted the proposal may lack the (re-)proposal; who has not committed may
+        # lack our PREPARE; anyone may lack our COMMIT (a replica that decided has left the height).
+        behind = [p for p in self._others if p not in prepares and p not in commits]
+        uncommitted = [p for p in self._others if p not in commits]
+        self._resend(sent.get((KIND_NEW_VIEW, v)), behind, fx)  # a lost NEW-VIEW keeps them out of the view
+        self._resend(sent.get((KIND_PRE_PREPARE, v)), behind, fx)
+        self._resend(sent.get((KIND_PREPARE, v)), uncommitted, fx)
+        self._resend(sent.get((KIND_COMMIT, v)), list(self._others), fx)
+
+    def _resend(self, msg: Message | None, to: list[str], fx: list[Effect]) -> None:
+        if msg is not None and to:
+            fx.append(Broadcast(to=tuple(to), message=msg))
+
+    # --- view change [pBFT §4.5.2] ---------------------------------------------------------------
+
+    def _start_view_change(self, view: int, fx: list[Effect]) -> None:
+        assert view > self._view, (view, self._view)
+        self._view = view
+        self._phase = Phase.VIEW_CHANGE
+        self._deadline = _NEVER  # armed once a quorum has left the earlier views (_arm_view_change)
+        prepared = self._log.prepared
+        proof, payload = prepared if prepared is not None else (None, None)
+        msg = view_change_message(self._key, self._ctx.chain_id, self._h, view, proof, payload)
+        assert msg.signed is not None
+        self._register(msg.signed, fx)
+        self._log.view_changes.setdefault(view, {})[self._me] = ViewChange(msg.signed, proof, payload)
+        self._log.sent[(KIND_VIEW_CHANGE, view)] = msg
+        self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
+        self._view_changes_sent += 1
+        fx.append(Broadcast(to=self._others, message=msg))
+        self._buffer = [b for b in self._buffer if b.height != self._h or b.view >= view or not b.owner]
+        self._arm_view_change()
+        self._maybe_join(fx)
+        self._maybe_new_view(fx)
+
+    def _on_view_change(self, vc: ViewChange, fx: list[Effect]) -> None:
+        s = vc.signed
+        if vc.prepared is not None:
+            self._check_proof(vc.prepared, "bad_view_change")
+            assert vc.payload is not None
+            pp = vc.prepared.pre_prepare
+            h = self._h
+            self._learn(pp.block_hash, Proposal(pp.header, vc.payload), fx)
+            if self._h != h:
+                return
+        got = self._log.view_changes.setdefault(s.view, {})
+        if s.signer in got:
+            self._duplicates += 1
+            return
+        got[s.signer] = vc
+        self._arm_view_change()
+        self._maybe_join(fx)
+        self._maybe_new_view(fx)
+
+    def _arm_view_change(self) -> None:
+        """pBFT §4.5.2: the timer for moving past view ``v`` starts only once ``q`` members (us included)
+        sent view changes for ``v`` or later. A replica alone (cut off) therefore stays at its view
+        instead of running ahead of the others, who would then chase it at the same capped pace."""
+        if self._phase is not Phase.VIEW_CHANGE or self._deadline != _NEVER:
+            return
+        v = self._view
+        support = {p for view, got in self._log.view_changes.items() if view >= v for p in got}
+        if len(support) >= self._q:
+            self._deadline = self._now + self._cfg.timeout_ticks_view_change * self._backoff(v)
+
+    def _maybe_join(self, fx: list[Effect]) -> None:
+        """pBFT §4.5.2 liveness: ``f+1`` view changes for higher views -> join the smallest of them."""
+        while True:
+            lowest: dict[str, int] = {}
+            for view, got in self._log.view_changes.items():
+                if view > self._view:
+                    for p in got:
+                        if p != self._me:
+                            lowest[p] = min(lowest.get(p, view), view)
+            if len(lowest) < self._weak or not self._in_committee:
+                return
+            self._start_view_change(min(lowest.values()), fx)
+
+    def _maybe_new_view(self, fx: list[Effect]) -> None:
+        """As the primary of the new view with ``q`` view changes: NEW-VIEW, re-proposing if needed."""
+        v = self._view
+        if self._phase is not Phase.VIEW_CHANGE or v in self._log.new_view_sent or self._primary(v) != self._me:
+            return
+        got = self._log.view_changes.get(v, {})
+        if len(got) < self._q:
+            return
+        chosen = [got[p] for p in sorted(got)][: self._q]
+        best = _highest_prepared(chosen)
+        carried = None
+        payload = None
+        if best is not None:
+            payload = next(vc.payload for vc in chosen if vc.prepared is best)
+            assert payload is not None
+            pm = pre_prepare_message(self._key, self._ctx.chain_id, self._h, v, best.pre_prepare.header, payload)
+            assert pm.signed is not None
+            carried = PrePrepare(pm.signed, best.pre_prepare.header, best.pre_prepare.block_hash, payload)
+            self._register(pm.signed, fx)
+        msg = new_view_message(
+            self._key,
+            self._ctx.chain_id,
+            self._h,
+            v,
+            [vc.signed for vc in chosen],
+            carried.signed if carried is not None else None,
+            payload,
+        )
+        assert msg.signed is not None
+        self._register(msg.signed, fx)
+        self._log.new_view_sent.add(v)
+        self._log.sent[(KIND_NEW_VIEW, v)] = msg
+        fx.append(Broadcast(to=self._others, message=msg))
+        self._enter_view(v, carried, fx)
+        if carried is None:
+            fx.append(RequestProposal(height=self._h, view=v))
+
+    def _on_new_view(self, nv: NewView, fx: list[Effect]) -> None:
+        s = nv.signed
+        v = s.view
+        expected = self._primary(v)
+        if s.signer != expected:
+            raise RemoteProtocolError("not_primary", f"new_view by {s.signer}, primary of view {v} is {expected}")
+        signers = {vc.signed.signer for vc in nv.view_changes}
+        if len(signers) < self._q or not signers <= self._committee_set:
+            raise RemoteProtocolError("bad_new_view", f"new_view needs {self._q} view changes of committee members")
+        for vc in nv.view_changes:
+            self._verify(vc.signed, "bad_new_view")
+            if vc.prepared is not None:
+                self._check_proof(vc.prepared, "bad_new_view")
+        best = _highest_prepared(list(nv.view_changes))
+        pp = nv.pre_prepare
+        if best is None and pp is not None:
+            raise RemoteProtocolError("bad_new_view", "re-proposal without a prepared certificate")
+        if best is not None:
+            if pp is None or pp.block_hash != best.pre_prepare.block_hash:
+                raise RemoteProtocolError("bad_new_view", "new_view does not re-propose the highest prepared block")
+            self._verify(pp.signed, "bad_new_view")
+            self._register(pp.signed, fx, embedded=True)
+        for vc in nv.view_changes:
+            self._register(vc.signed, fx, embedded=True)
+        self._enter_view(v, pp, fx)
+
+    def _check_proof(self, proof: PreparedProof, reason: str) -> None:
+        """A prepared certificate of view ``w``: the primary of ``w``'s pre-prepare and ``q`` votes in all."""
+        pp = proof.pre_prepare
+        w = proof.view
+        expected = self._primary(w)
+        if pp.signed.signer != expected:
+            raise RemoteProtocolError(reason, f"prepared proof: pre_prepare of view {w} not by its primary")
+        signers = {pp.signed.signer, *(p.signer for p in proof.prepares)}
+        if len(signers) < self._q or not signers <= self._committee_set:
+            raise RemoteProtocolError(reason, f"prepared proof needs {self._q} votes of committee members")
+        self._verify(pp.signed, reason)
+        for p in proof.prepares:
+            self._verify(p, reason)
+
+    # --- catch-up ---------------------------------------------------------------------------------
+
+    def _on_decided(self, d: Decided, sender: str | None, fx: list[Effect]) -> None:
+        b = d.block
+        if b.height < self._h:
+            raise RemoteProtocolError("stale_height", f"decided block {b.height} < {self._h}")
+        if b.height > self._h:
+            self._note_ahead(b.height, sender, fx)
+            if b.height > self._h + self._cfg.height_window:
+                raise RemoteProtocolError("future_height", f"decided block {b.height}")
+            if not any(x.owner == "" and x.height == b.height for x in self._buffer):
+                self._hold(b.height, 0, "", Message(block=b), sender)
+            if sender is not None and sender in self._ctx.members:
+                self._request_sync(sender, fx)
+            return
+        try:
+            verify_decided_block(self._ctx, self._state, b)
+        except LedgerError as e:
+            raise RemoteProtocolError("bad_certificate", str(e)) from None
+        self._decide(b, fx)
+
+    def _on_sync_request(self, req: SyncRequest, fx: list[Effect]) -> None:
+        if req.signed.height >= self._h:
+            raise RemoteProtocolError("sync_unavailable", f"block {req.signed.height} is not decided here")
+        self._serve(req.signed, fx)
+
+    def _serve(self, s: SignedMessage, fx: list[Effect]) -> None:
+        """Have the node send ``s.signer`` our decided blocks from ``s.height`` on (one batch), at most
+        once per sync timeout per (peer, height). The blocks come from the node's block store."""
+        key = (s.signer, s.height)
+        last = self._served.get(key)
+        if s.height >= self._h or s.signer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
+            return
+        self._verify(s)
+        if len(self._served) >= 4 * self._cfg.buffered_messages_max:
+            self._served.clear()
+        self._served[key] = self._now
+        fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + self._cfg.sync_batch_max)))
+
+    def _note_ahead(self, height: int, peer: str | None, fx: list[Effect]) -> None:
+        """A member showed a height beyond ours: remember who, and ask it if we are 2+ heights behind."""
+        if peer is None or peer not in self._ctx.members or peer == self._me:
+            return
+        if self._ahead is None or height > self._ahead[0]:
+            self._ahead = (height, peer)
+        if height > self._h + 1:
+            self._request_sync(peer, fx)
+
+    def _request_sync(self, peer: str, fx: list[Effect]) -> None:
+        key = (peer, self._h)
+        last = self._sync_asked.get(key)
+        if peer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
+            return
+        if len(self._sync_asked) >= 4 * self._cfg.buffered_messages_max:
+            self._sync_asked.clear()
+        self._sync_asked[key] = self._now
+        fx.append(Send(to=peer, message=sync_request_message(self._key, self._ctx.chain_id, self._h)))
+
+    def _ask_sync(self, fx: list[Effect]) -> None:
+        """Observer timer: ask the committee members in turn for the decided block."""
+        others = self._others
+        if others:
+            peer = others[self._sync_attempt % len(others)]
+            self._sync_attempt += 1
+            fx.append(Send(to=peer, message=sync_request_message(self._key, self._ctx.chain_id, self._h)))
+        self._deadline = self._now + self._cfg.timeout_ticks_sync
+
+    # --- buffers ------------------------------------------------------------------------------------
+
+    def _hold(self, height: int, view: int, owner: str, message: Message, sender: str | None) -> None:
+        """Keep a message for a later view or height; bounded overall and per sender."""
+        cap = self._cfg.buffered_messages_max
+        per_owner = max(8, cap // max(1, len(self._ctx.members)))
+        if len(self._buffer) >= cap or sum(1 for b in self._buffer if b.owner == owner) >= per_owner:
+            raise RemoteProtocolError("buffer_full", f"no room for a message of height {height} view {view}")
+        self._buffer.append(_Buffered(height, view, owner, message, sender))
+
+    def _replay(self) -> None:
+        """Move the held messages that can be handled now to the inbox; forget the stale ones."""
+        keep: list[_Buffered] = []
+        for b in self._buffer:
+            if b.height < self._h:
+                continue
+            ready = b.height == self._h and (
+                not b.owner or b.view < self._view or (b.view == self._view and self._phase is not Phase.VIEW_CHANGE)
+            )
+            if ready:
+                self._inbox.append((b.message, b.sender))
+            else:
+                keep.append(b)
+        self._buffer = keep
+
+    # --- checks ---------------------------------------------------------------------------------------
+
+    def _seen(self, s: SignedMessage) -> bool:
+        """Whether exactly this signed message was verified before (a retransmission or duplicate)."""
+        msg = sign_bytes(self._ctx.chain_id, s.kind, s.height, s.view, s.body)
+        return sha256(s.signature + s.signer.encode() + msg) in self._verified
+
+    def _verify(self, s: SignedMessage, reason: str = "bad_signature") -> None:
+        """Check the signature (membership was checked before); each exact message is verified once."""
+        msg = sign_bytes(self._ctx.chain_id, s.kind, s.height, s.view, s.body)
+        ck = sha256(s.signature + s.signer.encode() + msg)
+        if ck in self._verified:
+            return
+        try:
+            self._ctx.keys.verify(s.signer, s.signature, msg, what=f"{s.kind} ({s.height}, {s.view})")
+        except SignatureError as e:
+            raise RemoteProtocolError(reason, str(e)) from None
+        if len(self._verified) >= self._cfg.verify_cache_max:
+            del self._verified[next(iter(self._verified))]
+        self._verified[ck] = None
+
+    def _register(self, s: SignedMessage, fx: list[Effect], *, embedded: bool = False) -> None:
+        """Equivocation check: one body per (signer, kind, view) at this height [seed_003 §2.8.4].
+
+        A conflict yields ledger evidence (``check_evidence`` accepts the pair as is). A conflicting
+        top-level message is dropped; one embedded in a proof is only reported (its carrier may be honest).
+        """
+        if s.kind not in PBFT_KINDS or s.height != self._h:
+            return
+        k = (s.signer, s.kind, s.view)
+        first = self._log.bodies.setdefault(k, s)
+        if first is s or encode(first.body) == encode(s.body):
+            return
+        a, b = sorted((first, s), key=lambda m: m.encode())  # type: ignore[attr-defined]
+        ev = Evidence(
+            kind="equivocation",
+            offender=s.signer,
+            height=s.height,
+            view=s.view,
+            exhibits=(a, b),
+            reason=f"two different {s.kind} messages for height {s.height} view {s.view}",
+        )
+        if k not in self._log.evidence:
+            self._log.evidence.add(k)
+            self._evidence_reported += 1
+            fx.append(ReportMisbehavior(evidence=ev))
+        if not embedded:
+            raise EquivocationError(ev)
+
+    def _check_header(self, hd: BlockHeader, payload: Payload) -> str | None:
+        """The ledger's structural rules for a proposal (everything but the certificate)."""
+        st = self._state
+        if hd.chain_id != self._ctx.chain_id:
+            return f"chain id {hd.chain_id!r:.60} is not {self._ctx.chain_id!r}"
+        if hd.height != self._h or hd.fl_round != self._h:
+            return f"header for height {hd.height} (fl_round {hd.fl_round}), expected {self._h}"
+        if hd.prev_hash != st.head_hash:
+            return "prev_hash does not link to the previous block"
+        if hd.time_ms < st.time_ms:
+            return f"time goes backwards ({hd.time_ms} < {st.time_ms})"
+        if hd.proposer != self._primary(hd.view):
+            return f"proposer {hd.proposer} is not the primary of view {hd.view}"
+        if hd.updates_root != merkle_root(update_leaves(payload.updates)):
+            return "Merkle root of update commitments mismatch"
+        for p in payload.next_committee:
+            if p not in self._ctx.members:
+                return f"next committee names non-member {p!r:.60}"
+        return None
+
+    def _verdict(self, bh: bytes, proposal: Proposal) -> str | None:
+        if bh not in self._log.verdicts:
+            self._log.verdicts[bh] = self._validate(proposal)
+        return self._log.verdicts[bh]
+
+
+def _highest_prepared(vcs: Sequence[ViewChange]) -> PreparedProof | None:
+    """The prepared certificate of the highest view among ``vcs`` (ties, impossible with f < C/3, by hash)."""
+    best: PreparedProof | None = None
+    for vc in vcs:
+        p = vc.prepared
+        if p is not None and (best is None or (p.view, p.pre_prepare.block_hash) > (best.view, best.pre_prepare.block_hash)):
+            best = p
+    return best

@@ -1,0 +1,981 @@
+"""Robust aggregation rules over a stack of update vectors (ByzFL-shaped callables).
+
+Every rule is a frozen, keyword-only dataclass registered by name in :data:`AGGREGATORS`, and is called as
+``rule(updates, rng=rng)`` on an ``(n, d)`` stack of updates (rows = clients). Names are resolved only at the
+configuration boundary, by :func:`learning._preaggregators.parse_aggregator` (``"nnm(f=2) > trimmed_mean(f=2)"``).
+
+Conventions shared by every rule
+--------------------------------
+* **Input.** Validated by :func:`learning._validate.validate_updates`: a C-contiguous ``(n, d)`` ``float32`` or
+  ``float64`` array, every entry finite; anything else raises :class:`~learning._errors.InvalidUpdateError`
+  *before* any arithmetic. Inputs are never modified.
+* **Output.** A new 1-D array of length ``d`` with the **input's dtype** (``float32`` in, ``float32`` out).
+  Internally sums, Gram matrices and distances are accumulated in ``float64`` (row norms: 2048-column blocks in
+  the input precision, summed in float64) and the result is rounded to the input dtype once, at the end.
+* **f.** Rules that need the number ``f`` of tolerated Byzantine inputs validate ``f >= 0`` at construction and
+  ``2f < n`` (ByzFL B1) at call time, raising :class:`~learning._errors.ConfigError` (a ``ValueError``).
+* **rng.** Every rule takes a keyword-only ``rng: numpy.random.Generator`` (only randomized rules use it);
+  there is no global RNG anywhere.
+* **weights.** Rules with ``supports_weights = True`` accept ``weights=`` (e.g. sample counts ``n_k``; normalised
+  to sum to one). The others raise ``ConfigError`` when given weights rather than silently ignoring them.
+* **Determinism.** ``bit_reproducible = True`` means: the same input bytes (same row order) on the same platform
+  (CPU, numpy, OpenBLAS build) give the same output bytes, whatever the caller's memory layout and whatever the
+  BLAS thread count. Every reduction runs in a fixed order in numpy's own loops; the one BLAS call is the
+  ``float64`` Gram matrix ``X Xᵀ``, computed as ``B @ B.T`` per column block, which numpy sends to ``dsyrk``.
+  OpenBLAS's ``dsyrk`` gives the same bits for any thread count, whereas ``dgemm``/``dgemv`` do not (measured:
+  ``A @ B`` and ``c @ X`` change with ``OPENBLAS_NUM_THREADS``); ``tests/contracts/test_aggregators.py`` checks
+  every rule with 1, 2 and 4 threads, and fails if the Gram is computed with ``gemm``. Small ``n x n`` products
+  are done with elementwise numpy, never with BLAS.
+* **Permutation invariance.** ``permutation_invariant = True`` means the rule is a symmetric function of its
+  inputs. Rules that sum in input order (mean, geometric median, centered clipping) may differ in the last bits
+  under a permutation; feed updates in a canonical order (sorted client ids) when digests are compared.
+  Selection-based rules sum in a value-determined order and are bit-exact under permutations except on exact ties.
+
+Pairwise distances come from one Gram matrix, ``‖x_i − x_j‖² = ‖x_i‖² + ‖x_j‖² − 2⟨x_i, x_j⟩`` (benchmarks.md A1),
+so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost one matrix product plus ``O(n²)``
+(or ``O(n²)`` per iteration) work, and a single final pass over the data.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+from learning._errors import ConfigError
+from learning._validate import check_rng, parallel_ranges, validate_updates, validate_weights
+
+__all__ = [
+    "AGGREGATORS",
+    "Aggregator",
+    "CenteredClipping",
+    "CoordinateWiseMedian",
+    "GeometricMedian",
+    "Krum",
+    "MDA",
+    "MeaMed",
+    "Mean",
+    "MultiKrum",
+    "TrimmedMean",
+    "pairwise_sq_distances",
+    "register_aggregator",
+]
+
+_GRAM_BLOCK = 16384  # columns per float64 block of the Gram matrix (n x 16384 x 8 bytes)
+_SUM_BLOCK = 32768  # columns per float64 accumulator block of linear combinations
+_SORT_BLOCK = 4096  # columns per transposed block of the coordinate-wise (sorting) rules
+_NORM_BLOCK = 2048  # columns per block of the row norms (reduced in the input precision, then summed in float64)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Protocol and registry
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    """A robust aggregation rule: ``(n, d)`` stack of updates -> one ``(d,)`` update.
+
+    Attributes
+    ----------
+    name:
+        Registry name (``"trimmed_mean"``).
+    bit_reproducible:
+        Same input bytes, same platform => same output bytes (see the module docstring).
+    permutation_invariant:
+        The rule is a symmetric function of its inputs (up to floating-point rounding of input-order sums).
+    supports_weights:
+        ``__call__`` accepts ``weights=``.
+    """
+
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool]
+    permutation_invariant: ClassVar[bool]
+    supports_weights: ClassVar[bool]
+
+    def __call__(
+        self, updates: np.ndarray, /, *, rng: np.random.Generator, weights: np.ndarray | None = None
+    ) -> np.ndarray: ...
+
+
+#: Registered aggregation rules by name (filled by :func:`register_aggregator`).
+AGGREGATORS: dict[str, type] = {}
+
+_T = TypeVar("_T")
+
+
+def _register(registry: dict[str, type], kind: str, name: str) -> Callable[[type[_T]], type[_T]]:
+    if not name.isidentifier():
+        raise ConfigError(f"{kind} name {name!r} is not an identifier")
+
+    def decorate(cls: type[_T]) -> type[_T]:
+        if name in registry:
+            raise ConfigError(f"{kind} {name!r} is already registered (by {registry[name].__qualname__})")
+        cls.name = name  # type: ignore[attr-defined]
+        registry[name] = cls
+        return cls
+
+    return decorate
+
+
+def register_aggregator(name: str) -> Callable[[type[_T]], type[_T]]:
+    """Class decorator: register an aggregation rule under ``name`` (sets ``cls.name``)."""
+    return _register(AGGREGATORS, "aggregator", name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Field validation (used in __post_init__ of every frozen config dataclass)
+
+
+def _set(obj: object, field: str, value: object) -> None:
+    object.__setattr__(obj, field, value)
+
+
+def _check_int(obj: object, field: str, *, minimum: int = 0, optional: bool = False) -> None:
+    value = getattr(obj, field)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{type(obj).__name__}.{field} must be an int, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{type(obj).__name__}.{field} must be >= {minimum}, got {value}")
+    _set(obj, field, int(value))
+
+
+def _check_float(
+    obj: object,
+    field: str,
+    *,
+    minimum: float | None = None,
+    exclusive_minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_maximum: float | None = None,
+) -> None:
+    value = getattr(obj, field)
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(f"{type(obj).__name__}.{field} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{type(obj).__name__}.{field} must be finite, got {value}")
+    bad = (
+        (minimum is not None and value < minimum)
+        or (exclusive_minimum is not None and value <= exclusive_minimum)
+        or (maximum is not None and value > maximum)
+        or (exclusive_maximum is not None and value >= exclusive_maximum)
+    )
+    if bad:
+        bounds = []
+        if minimum is not None:
+            bounds.append(f">= {minimum}")
+        if exclusive_minimum is not None:
+            bounds.append(f"> {exclusive_minimum}")
+        if maximum is not None:
+            bounds.append(f"<= {maximum}")
+        if exclusive_maximum is not None:
+            bounds.append(f"< {exclusive_maximum}")
+        raise ConfigError(f"{type(obj).__name__}.{field} must be {' and '.join(bounds)}, got {value}")
+    _set(obj, field, value)
+
+
+def _check_bool(obj: object, field: str) -> None:
+    value = getattr(obj, field)
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{type(obj).__name__}.{field} must be a bool, got {value!r}")
+    _set(obj, field, bool(value))
+
+
+def _check_choice(obj: object, field: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, field)
+    if value not in choices:
+        raise ConfigError(f"{type(obj).__name__}.{field} must be one of {choices}, got {value!r}")
+
+
+def _check_f_bound(rule: object, f: int, n: int) -> None:
+    """ByzFL B1: a rule tolerating ``f`` Byzantine inputs needs ``2f < n``."""
+    if 2 * f >= n:
+        raise ConfigError(f"{type(rule).__name__}: cannot tolerate 2f >= n (f={f}, n={n})")
+
+
+def _no_weights(rule: object, weights: object) -> None:
+    if weights is not None:
+        raise ConfigError(f"{type(rule).__name__} does not support weights")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Numerical kernels (float64, fixed reduction orders)
+
+
+def _gram(x: np.ndarray) -> np.ndarray:
+    """``G = X Xᵀ`` in float64, accumulated over column blocks in a fixed order.
+
+    Each block is converted to float64 (``float32 x float32`` products are exact in float64) and multiplied
+    with ``B @ B.T``, which numpy sends to BLAS ``dsyrk``, whose result does not depend on the thread count
+    (unlike ``dgemm``; checked by the conformance tests).
+    """
+    n, d = x.shape
+    g = np.zeros((n, n), dtype=np.float64)
+    for j0 in range(0, d, _GRAM_BLOCK):
+        b = x[:, j0 : j0 + _GRAM_BLOCK].astype(np.float64)
+        g += b @ b.T
+    return g
+
+
+def _sq_norms(x: np.ndarray) -> np.ndarray:
+    """Row squared norms ``‖x_i‖²`` (numpy's einsum loop, no BLAS), as float64.
+
+    Each block of ``_NORM_BLOCK`` columns is reduced in the input precision (einsum's SIMD accumulators) and the
+    block sums are accumulated in float64: relative error ~1e-8 for float32 input, at half the cost of
+    converting the stack to float64 first.
+    """
+    n, d = x.shape
+    blocks = -(-d // _NORM_BLOCK)
+    parts = np.empty((blocks, n), dtype=np.float64)
+
+    def work(j0: int, j1: int) -> None:
+        for b0 in range(j0, j1, _NORM_BLOCK):
+            blk = x[:, b0 : min(j1, b0 + _NORM_BLOCK)]
+            parts[b0 // _NORM_BLOCK] = np.einsum("ij,ij->i", blk, blk)
+
+    parallel_ranges(work, d, align=_NORM_BLOCK, cost=x.size)
+    out = np.zeros(n, dtype=np.float64)
+    for b in range(blocks):  # block partial sums added in a fixed order
+        out += parts[b]
+    return out
+
+
+def _distances_from_gram(g: np.ndarray) -> np.ndarray:
+    diag = np.diagonal(g)
+    dist = diag[:, None] + diag[None, :] - 2.0 * g
+    np.maximum(dist, 0.0, out=dist)
+    np.fill_diagonal(dist, 0.0)
+    return dist
+
+
+def pairwise_sq_distances(updates: np.ndarray, /) -> np.ndarray:
+    """Squared Euclidean distances ``‖x_i − x_j‖²`` from one Gram matrix.
+
+    .. math:: D_{ij} = \\|x_i\\|^2 + \\|x_j\\|^2 - 2 \\langle x_i, x_j \\rangle
+
+    computed in float64 (benchmarks.md A1), clamped at 0, with an exact zero diagonal.
+
+    Parameters
+    ----------
+    updates:
+        ``(n, d)`` stack (validated).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n, n)`` float64, symmetric.
+    """
+    return _distances_from_gram(_gram(validate_updates(updates)))
+
+
+def _matvec(m: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``m @ c`` for a small square matrix, in numpy's own loops (no BLAS threads)."""
+    return np.add.reduce(m * c[None, :], axis=1)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.add.reduce(a * b))
+
+
+def _distances_to_combination(g: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``‖x_i − Σ_j c_j x_j‖`` for every ``i``, from the Gram matrix (clamped at 0)."""
+    gc = _matvec(g, c)
+    sq = np.diagonal(g) - 2.0 * gc + _dot(c, gc)
+    np.maximum(sq, 0.0, out=sq)
+    return np.sqrt(sq)
+
+
+def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: float = 1.0) -> np.ndarray:
+    """``(Σ_k coef[k] · x[rows[k]]) / divisor`` accumulated in float64 in the order of ``rows``.
+
+    ``coef=None`` means all coefficients are 1 (a plain sum). The result has ``x``'s dtype.
+    """
+    d = x.shape[1]
+    out = np.empty(d, dtype=x.dtype)
+    rows = np.asarray(rows, dtype=np.intp)
+    if rows.size == 0:
+        out[:] = 0.0
+        return out
+
+    def work(c0: int, c1: int) -> None:
+        acc_buf = np.empty(min(c1 - c0, _SUM_BLOCK), dtype=np.float64)
+        tmp_buf = np.empty_like(acc_buf)
+        for j0 in range(c0, c1, _SUM_BLOCK):
+            j1 = min(c1, j0 + _SUM_BLOCK)
+            acc = acc_buf[: j1 - j0]
+            if coef is None:
+                np.copyto(acc, x[rows[0], j0:j1])
+                for r in rows[1:]:
+                    np.add(acc, x[r, j0:j1], out=acc)
+            else:
+                tmp = tmp_buf[: j1 - j0]
+                np.multiply(x[rows[0], j0:j1], coef[0], out=acc)
+                for r, c in zip(rows[1:], coef[1:], strict=True):
+                    np.multiply(x[r, j0:j1], c, out=tmp)
+                    np.add(acc, tmp, out=acc)
+            if divisor != 1.0:
+                np.divide(acc, divisor, out=acc)
+            out[j0:j1] = acc
+
+    parallel_ranges(work, d, align=_SUM_BLOCK, cost=rows.size * d)
+    return out
+
+
+def _coordinatewise(x: np.ndarray, reduce_sorted: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Apply ``reduce_sorted`` to every coordinate's sorted column of values.
+
+    The stack is processed in blocks of columns: each block is transposed into a C-contiguous ``(b, n)`` array
+    and sorted along its rows, so ``reduce_sorted`` receives a ``(b, n)`` array whose rows are the sorted values
+    of ``b`` coordinates and returns ``(b,)`` float64 results. Sorting makes the result independent of the
+    input order (bit-exact under permutations, except for the sign of zeros).
+    """
+    n, d = x.shape
+    out = np.empty(d, dtype=x.dtype)
+
+    def work(c0: int, c1: int) -> None:
+        for j0 in range(c0, c1, _SORT_BLOCK):
+            block = np.ascontiguousarray(x[:, j0 : min(c1, j0 + _SORT_BLOCK)].T)
+            block.sort(axis=1)
+            out[j0 : j0 + block.shape[0]] = reduce_sorted(block)
+
+    parallel_ranges(work, d, align=_SORT_BLOCK, cost=x.size)
+    return out
+
+
+def _sorted_median(s: np.ndarray) -> np.ndarray:
+    n = s.shape[1]
+    if n % 2:
+        return s[:, n // 2].astype(np.float64)
+    return (s[:, n // 2 - 1].astype(np.float64) + s[:, n // 2]) * 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rules
+
+
+class _Rule:
+    """Shared ``__call__``: validate, then ``_aggregate`` (also used by chains on already-validated stacks)."""
+
+    __slots__ = ()
+
+    def __call__(
+        self, updates: np.ndarray, /, *, rng: np.random.Generator, weights: np.ndarray | None = None
+    ) -> np.ndarray:
+        check_rng(rng)
+        x = validate_updates(updates)
+        w = None if weights is None else validate_weights(weights, x.shape[0])
+        return self._aggregate(x, w, rng)  # type: ignore[attr-defined]
+
+
+@register_aggregator("mean")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mean(_Rule):
+    """Average, or weighted average, of the inputs (FedAvg).
+
+    .. math::
+
+        \\mathrm{Mean}(x_1, \\dots, x_n) = \\frac{1}{n} \\sum_{i=1}^n x_i, \\qquad
+        \\mathrm{Mean}_w(x_1, \\dots, x_n) = \\sum_{i=1}^n \\frac{w_i}{\\sum_j w_j} x_i
+
+    The weighted form is FedAvg's ``p_k = n_k / Σ_j n_j`` (McMahan et al. 2017; seed_003 eq. 5). Not robust:
+    one input moves the output arbitrarily (κ = ∞, seed_004 §2.3). Accumulated in float64 in input order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Mean()(np.array([[1.0, 2.0], [3.0, 4.0]]), rng=np.random.default_rng(0))
+    array([2., 3.])
+    """
+
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = True
+
+    def __call__(
+        self, updates: np.ndarray, /, *, rng: np.random.Generator, weights: np.ndarray | None = None
+    ) -> np.ndarray:
+        check_rng(rng)
+        if not (isinstance(updates, np.ndarray) and updates.dtype == np.float32 and updates.ndim == 2):
+            return _Rule.__call__(self, updates, rng=rng, weights=weights)
+        # float32 fast path: the finiteness check is fused into the single pass over the data. A float64 sum of
+        # float32 values cannot overflow, so the (convex) result is finite iff every input entry is.
+        x = validate_updates(updates, check_finite=False)
+        w = None if weights is None else validate_weights(weights, x.shape[0])
+        out = self._aggregate(x, w, rng)
+        if not np.isfinite(out).all():
+            validate_updates(x)  # raises InvalidUpdateError naming the rows
+            raise AssertionError("non-finite mean of finite float32 updates")  # pragma: no cover
+        return out
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        n = x.shape[0]
+        rows = np.arange(n)
+        if w is None:
+            return _combine(x, rows, None, float(n))
+        return _combine(x, rows, w)
+
+
+@register_aggregator("median")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordinateWiseMedian(_Rule):
+    """Coordinate-wise median (Yin et al. 2018).
+
+    .. math:: [\\mathrm{CWMed}(x_1, \\dots, x_n)]_k = \\mathrm{median}([x_1]_k, \\dots, [x_n]_k)
+
+    With an even ``n`` the median is the mean of the two middle values (computed in float64, so it never
+    overflows). κ = 4(1 + f/(n−2f))² for any f < n/2 (Allouah et al. 2023; seed_004 §2.3). Unweighted
+    (seed_003 §3.3). Implemented by sorting blocks of coordinates, hence bit-exact under permutations.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> CoordinateWiseMedian()(np.array([[1.0, 5.0], [2.0, 0.0], [9.0, 1.0]]), rng=np.random.default_rng(0))
+    array([2., 1.])
+    """
+
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        _no_weights(self, w)
+        return _coordinatewise(x, _sorted_median)
+
+
+@register_aggregator("trimmed_mean")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrimmedMean(_Rule):
+    """Coordinate-wise trimmed mean (Yin et al. 2018).
+
+    .. math::
+
+        [\\mathrm{TrMean}_f(x_1, \\dots, x_n)]_k = \\frac{1}{n - 2f} \\sum_{j=f+1}^{n-f} [x_{\\pi_k(j)}]_k
+
+    where ``π_k`` sorts the k-th coordinates in non-decreasing order: drop the ``f`` smallest and ``f`` largest
+    values of every coordinate and average the ``n − 2f`` others. ``f = 0`` is the mean. κ = (6f/(n−2f))·(1 +
+    f/(n−2f)) (seed_004 §2.3). The paper's "β %" (seed_003 §3.3) is ``f = ⌊β·n⌋``.
+
+    Parameters
+    ----------
+    f:
+        Number of values trimmed from each side; ``2f < n`` at call time.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> TrimmedMean(f=1)(np.array([[1.0], [2.0], [3.0], [100.0]]), rng=np.random.default_rng(0))
+    array([2.5])
+    """
+
+    f: int
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "f")
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        _no_weights(self, w)
+        n = x.shape[0]
+        f = self.f
+        _check_f_bound(self, f, n)
+        keep = n - 2 * f
+
+        def trimmed(s: np.ndarray) -> np.ndarray:
+            total = np.add.reduce(s[:, f : n - f], axis=1, dtype=np.float64)
+            return total / keep
+
+        return _coordinatewise(x, trimmed)
+
+
+@register_aggregator("meamed")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeaMed(_Rule):
+    """Mean around the median (Xie et al. 2018).
+
+    .. math::
+
+        [\\mathrm{MeaMed}_f(x_1, \\dots, x_n)]_k = \\frac{1}{n - f} \\sum_{j \\in M_k} [x_j]_k
+
+    where ``M_k`` holds the ``n − f`` inputs whose k-th coordinate is closest to the coordinate's median. In
+    sorted order those values form a window ``[s, s + n − f)`` with ``0 ≤ s ≤ f``; the window minimising
+    ``max(m − v_s, v_{s+n−f−1} − m)`` is chosen, ties going to the smaller ``s`` (ByzFL breaks such ties
+    arbitrarily; exact ties have probability zero for continuous inputs).
+
+    Parameters
+    ----------
+    f:
+        ``2f < n`` at call time.
+    """
+
+    f: int
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "f")
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        _no_weights(self, w)
+        n = x.shape[0]
+        f = self.f
+        _check_f_bound(self, f, n)
+        k = n - f
+        offsets = np.arange(k)
+
+        def window_mean(s: np.ndarray) -> np.ndarray:
+            med = _sorted_median(s)[:, None]
+            lo = s[:, : f + 1].astype(np.float64)
+            hi = s[:, k - 1 : n].astype(np.float64)
+            cost = np.maximum(med - lo, hi - med)
+            start = np.argmin(cost, axis=1)
+            window = np.take_along_axis(s, start[:, None] + offsets[None, :], axis=1)
+            return np.add.reduce(window, axis=1, dtype=np.float64) / k
+
+        return _coordinatewise(x, window_mean)
+
+
+@register_aggregator("geometric_median")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GeometricMedian(_Rule):
+    """Geometric median by the smoothed Weiszfeld algorithm (Pillutla et al. 2022, RFA).
+
+    .. math::
+
+        \\mathrm{GM}(x_1, \\dots, x_n) \\in \\arg\\min_{y} \\sum_{i=1}^n a_i \\|y - x_i\\|_2, \\qquad
+        z_{t+1} = \\frac{\\sum_i \\beta_i x_i}{\\sum_i \\beta_i}, \\quad
+        \\beta_i = \\frac{a_i}{\\max(\\nu, \\|z_t - x_i\\|_2)}
+
+    with ``a_i = 1/n`` or the normalised weights. ``init="zero"`` starts from ``z_0 = 0`` (ByzFL, seed_000 §2.6);
+    ``init="mean"`` from the (weighted) mean (RFA's official code, seed_002 §2.3). With ``ftol > 0`` the loop stops
+    early once ``|obj_t − obj_{t+1}| < ftol · obj_{t+1}``, ``obj = Σ a_i ‖z − x_i‖`` (RFA, ftol = 1e-6).
+    Defaults are ByzFL's (ν = 0.1, 3 iterations); seed_000 uses ν = 0.1, 8 iterations; RFA (seed_002) ν = 1e-5,
+    10 iterations, ``init="mean"``, ``ftol=1e-6``. κ = 4(1 + f/(n−2f))² for the exact geometric median.
+
+    Every iterate is a combination ``z = Σ_j c_j x_j``, so the iteration runs on the coefficients ``c`` with
+    distances from one Gram matrix; the data are read twice (Gram, final combination) whatever the number of
+    iterations.
+
+    Parameters
+    ----------
+    nu:
+        Smoothing ``ν > 0``.
+    iterations:
+        Maximum number of Weiszfeld steps, ``>= 1``.
+    init:
+        ``"zero"`` or ``"mean"``.
+    ftol:
+        Relative objective tolerance for early stopping; 0 runs every iteration.
+    """
+
+    nu: float = 0.1
+    iterations: int = 3
+    init: Literal["zero", "mean"] = "zero"
+    ftol: float = 0.0
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_float(self, "nu", exclusive_minimum=0.0)
+        _check_int(self, "iterations", minimum=1)
+        _check_choice(self, "init", ("zero", "mean"))
+        _check_float(self, "ftol", minimum=0.0)
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        n = x.shape[0]
+        a = np.full(n, 1.0 / n) if w is None else w
+        g = _gram(x)
+        if self.init == "zero":
+            dist = np.sqrt(np.diagonal(g))
+        else:
+            dist = _distances_to_combination(g, a)
+        obj = _dot(a, dist)
+        c = a
+        for _ in range(self.iterations):
+            beta = a / np.maximum(self.nu, dist)
+            c = beta / np.add.reduce(beta)
+            dist = _distances_to_combination(g, c)
+            obj_new = _dot(a, dist)
+            if self.ftol > 0.0 and abs(obj - obj_new) < self.ftol * obj_new:
+                break
+            obj = obj_new
+        return _combine(x, np.arange(n), c)
+
+
+@register_aggregator("centered_clipping")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CenteredClipping(_Rule):
+    """Centered clipping (Karimireddy et al. 2021), iterative, with the weights of seed_000 eq. (43).
+
+    .. math::
+
+        v_{l+1} = v_l + \\sum_{i=1}^n a_i \\, (x_i - v_l) \\min\\left(1, \\frac{\\tau}{\\|x_i - v_l\\|_2}\\right),
+        \\qquad v_0 = 0, \\; l = 0, \\dots, L-1
+
+    with ``a_i = 1/n`` (ByzFL) or the normalised weights (seed_000 eq. 43). Jacobi iteration (every client uses
+    ``v_l``), whole-vector norms. Defaults are ByzFL's (τ = 100, L = 1); seed_000 uses τ = 10/(1−β₀) = 100, L = 3.
+
+    To start from a previous aggregate ``m`` (Karimireddy's momentum centre) aggregate the shifted updates:
+    ``CC(x − m) + m`` equals the iteration started at ``v_0 = m``.
+
+    Parameters
+    ----------
+    tau:
+        Clipping radius ``τ > 0``.
+    iterations:
+        ``L >= 1``.
+    """
+
+    tau: float = 100.0
+    iterations: int = 1
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_float(self, "tau", exclusive_minimum=0.0)
+        _check_int(self, "iterations", minimum=1)
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        n = x.shape[0]
+        a = np.full(n, 1.0 / n) if w is None else w
+        c = np.zeros(n)
+        if self.iterations == 1:
+            g = None
+            dist = np.sqrt(_sq_norms(x))
+        else:
+            g = _gram(x)
+            dist = np.sqrt(np.diagonal(g))
+        for it in range(self.iterations):
+            if it > 0:
+                assert g is not None
+                dist = _distances_to_combination(g, c)
+            with np.errstate(divide="ignore"):
+                scale = np.where(dist > self.tau, self.tau / dist, 1.0)
+            step = a * scale
+            c = c * (1.0 - np.add.reduce(step)) + step
+        return _combine(x, np.arange(n), c)
+
+
+def _krum_scores(dist: np.ndarray, neighbours: int) -> np.ndarray:
+    """Krum scores ``Σ_{j ∈ N_i} D_ij`` over the ``neighbours`` nearest *other* inputs (sorted, then summed)."""
+    n = dist.shape[0]
+    if neighbours <= 0:
+        return np.zeros(n)
+    masked = dist.copy()
+    np.fill_diagonal(masked, np.inf)
+    nearest = np.sort(masked, axis=1)[:, :neighbours]
+    return np.add.reduce(nearest, axis=1)
+
+
+def _krum_neighbours(rule: Krum | MultiKrum, n: int) -> int:
+    f = rule.f
+    _check_f_bound(rule, f, n)
+    if rule.variant == "blanchard":
+        if n <= 2 * f + 2:
+            raise ConfigError(f"{type(rule).__name__}(variant='blanchard') needs n > 2f + 2 (f={f}, n={n})")
+        return n - f - 2
+    return n - f - 1
+
+
+@register_aggregator("krum")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Krum(_Rule):
+    """Krum (Blanchard et al. 2017).
+
+    .. math::
+
+        \\mathrm{Krum}_f(x_1, \\dots, x_n) = x_{i^*}, \\quad
+        i^* = \\arg\\min_i \\sum_{j \\in N_i} \\|x_i - x_j\\|_2^2
+
+    where ``N_i`` holds the nearest *other* inputs: ``n − f − 1`` of them for ``variant="byzfl"`` (ByzFL, Allouah
+    et al. 2023; needs ``2f < n``) or ``n − f − 2`` for ``variant="blanchard"`` (the original paper, seed_002
+    §2.3, seed_003 §3.3; needs ``n > 2f + 2``). Ties go to the lowest index. κ = 6(1 + f/(n−2f)) (seed_004).
+    Returns a copy of the chosen input.
+
+    Parameters
+    ----------
+    f:
+        Number of tolerated Byzantine inputs.
+    variant:
+        ``"byzfl"`` or ``"blanchard"`` neighbourhood size.
+    """
+
+    f: int
+    variant: Literal["byzfl", "blanchard"] = "byzfl"
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "f")
+        _check_choice(self, "variant", ("byzfl", "blanchard"))
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        _no_weights(self, w)
+        neighbours = _krum_neighbours(self, x.shape[0])
+        scores = _krum_scores(_distances_from_gram(_gram(x)), neighbours)
+        return x[int(np.argmin(scores))].copy()
+
+
+@register_aggregator("multi_krum")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MultiKrum(_Rule):
+    """Multi-Krum (Blanchard et al. 2017): average of the ``q`` inputs with the lowest Krum scores.
+
+    .. math::
+
+        \\mathrm{MultiKrum}_{f,q}(x_1, \\dots, x_n) = \\frac{1}{q} \\sum_{i \\in Q} x_i, \\quad
+        Q = \\text{the } q \\text{ indices with the smallest Krum scores}
+
+    ``q = n − f`` by default (ByzFL; seed_002 §2.3 "M = n − f"); seed_003 uses ``q = m`` (the top α %). With
+    weights the average is weighted over ``Q`` (seed_003 [C] n_k-weighted; an all-zero weight on ``Q`` falls
+    back to the plain mean). Scores and neighbourhoods as in :class:`Krum`; ties by lowest index. The sum runs
+    in increasing-score order, so the result is bit-exact under permutations barring ties.
+
+    Parameters
+    ----------
+    f:
+        Number of tolerated Byzantine inputs.
+    q:
+        Number of averaged inputs, ``1 <= q <= n``; ``None`` means ``n − f``.
+    variant:
+        ``"byzfl"`` or ``"blanchard"`` neighbourhood size.
+    """
+
+    f: int
+    q: int | None = None
+    variant: Literal["byzfl", "blanchard"] = "byzfl"
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_int(self, "f")
+        _check_int(self, "q", minimum=1, optional=True)
+        _check_choice(self, "variant", ("byzfl", "blanchard"))
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        n = x.shape[0]
+        neighbours = _krum_neighbours(self, n)
+        q = n - self.f if self.q is None else self.q
+        if q > n:
+            raise ConfigError(f"MultiKrum: q={q} exceeds the number of inputs n={n}")
+        scores = _krum_scores(_distances_from_gram(_gram(x)), neighbours)
+        chosen = np.lexsort((np.arange(n), scores))[:q]
+        if w is not None:
+            wq = w[chosen]
+            total = float(np.add.reduce(wq))
+            if total > 0.0:
+                return _combine(x, chosen, wq / total)
+        return _combine(x, chosen, None, float(q))
+
+
+# --- MDA -------------------------------------------------------------------------------------------------------
+
+
+def _popcount(mask: int) -> int:
+    return mask.bit_count()
+
+
+def _vertex_covers(adj: list[int], alive: int, budget: int) -> Iterator[int]:
+    """Yield vertex covers (bitmasks) of size ``<= budget`` of the graph ``adj`` restricted to ``alive``.
+
+    Every minimal cover of size ``<= budget`` is yielded (branching on a maximum-degree vertex ``v``: a cover
+    holds ``v`` or all of ``N(v)``; a vertex of degree ``> budget`` is forced). Parameterised complexity
+    ``O(2^budget · n²)``.
+    """
+    best_v, best_deg, edges2 = -1, 0, 0
+    m = alive
+    while m:
+        low = m & -m
+        v = low.bit_length() - 1
+        m ^= low
+        deg = _popcount(adj[v] & alive)
+        edges2 += deg
+        if deg > best_deg:
+            best_v, best_deg = v, deg
+    if best_deg == 0:
+        yield 0
+        return
+    if budget == 0 or edges2 // 2 > budget * best_deg:
+        return
+    bit = 1 << best_v
+    if best_deg > budget:
+        for cover in _vertex_covers(adj, alive & ~bit, budget - 1):
+            yield cover | bit
+        return
+    for cover in _vertex_covers(adj, alive & ~bit, budget - 1):
+        yield cover | bit
+    nbrs = adj[best_v] & alive
+    for cover in _vertex_covers(adj, alive & ~nbrs & ~bit, budget - best_deg):
+        yield cover | nbrs
+
+
+def _far_graph(dist: np.ndarray, threshold: float) -> list[int]:
+    n = dist.shape[0]
+    far = dist > threshold
+    weights = 1 << np.arange(n, dtype=object)
+    return [int(np.sum(weights[far[i]])) if far[i].any() else 0 for i in range(n)]
+
+
+def _mda_subset(dist: np.ndarray, f: int) -> np.ndarray:
+    """Indices (canonical order) of the size-``n − f`` subset of minimum diameter, ties by Σ pairwise D."""
+    n = dist.shape[0]
+    everyone = (1 << n) - 1
+    if f == 0:
+        return np.arange(n)
+    upper = np.unique(dist[np.triu_indices(n, 1)])
+    # Smallest threshold t such that dropping <= f vertices removes every pair farther than t.
+    lo, hi = 0, upper.size - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        adj = _far_graph(dist, float(upper[mid]))
+        if next(_vertex_covers(adj, everyone, f), None) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    adj = _far_graph(dist, float(upper[lo]))
+    best_key: tuple[float, tuple[int, ...]] | None = None
+    best: list[int] = []
+    seen: set[int] = set()
+    for cover in _vertex_covers(adj, everyone, f):
+        if cover in seen:
+            continue
+        seen.add(cover)
+        keep = [i for i in range(n) if not (cover >> i) & 1]
+        # A cover smaller than f (only with tied distances): drop the most spread-out remaining vertices.
+        while len(keep) > n - f:
+            sub = dist[np.ix_(keep, keep)]
+            spread = np.add.reduce(sub, axis=1)
+            keep.pop(int(np.argmax(spread)))
+        sub = dist[np.ix_(keep, keep)]
+        key = (float(np.add.reduce(np.add.reduce(sub, axis=1))), tuple(keep))
+        if best_key is None or key < best_key:
+            best_key, best = key, keep
+    sub = dist[np.ix_(best, best)]
+    spread = np.add.reduce(sub, axis=1)
+    order = np.lexsort((np.asarray(best), spread))
+    return np.asarray(best, dtype=np.intp)[order]
+
+
+@register_aggregator("mda")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MDA(_Rule):
+    """Minimum-diameter averaging (El-Mhamdi et al. 2021).
+
+    .. math::
+
+        \\mathrm{MDA}_f(x_1, \\dots, x_n) = \\frac{1}{n - f} \\sum_{i \\in S^*} x_i, \\quad
+        S^* \\in \\arg\\min_{|S| = n - f} \\max_{i, j \\in S} \\|x_i - x_j\\|_2
+
+    Exact, without enumerating the ``C(n, f)`` subsets (ByzFL does, which is infeasible at n = 50, f = 10):
+    a subset of diameter ``≤ t`` exists iff the graph of pairs farther than ``t`` has a vertex cover of size
+    ``≤ f``; the smallest such ``t`` is found by bisection over the pairwise distances, each test being a
+    fixed-parameter vertex-cover search in ``O(2^f n²)`` (fast in practice: far-away inputs are forced into the
+    cover). Several subsets can share the minimum diameter even for continuous inputs; the one with the smallest
+    sum of pairwise squared distances is taken (ties by lowest indices), which keeps the rule a function of
+    the input *set*.
+
+    Parameters
+    ----------
+    f:
+        ``2f < n`` at call time.
+    """
+
+    f: int
+    name: ClassVar[str]
+    bit_reproducible: ClassVar[bool] = True
+    permutation_invariant: ClassVar[bool] = True
+    supports_weights: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "f")
+
+    def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+        _no_weights(self, w)
+        n = x.shape[0]
+        _check_f_bound(self, self.f, n)
+        chosen = _mda_subset(_distances_from_gram(_gram(x)), self.f)
+        return _combine(x, chosen, None, float(chosen.size))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Spec strings: "name(key=value, ...)" stages, parsed with ast (no eval), shared by aggregators and attacks.
+
+
+def _parse_stage(node: ast.expr, spec: str) -> tuple[str, dict[str, Any]]:
+    if isinstance(node, ast.Name):
+        return node.id, {}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        if node.args:
+            raise ConfigError(f"{spec!r}: {node.func.id}(...) takes keyword arguments only (e.g. f=2)")
+        kwargs: dict[str, Any] = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise ConfigError(f"{spec!r}: ** is not allowed")
+            try:
+                kwargs[kw.arg] = ast.literal_eval(kw.value)
+            except ValueError:
+                raise ConfigError(
+                    f"{spec!r}: the value of {kw.arg} must be a literal (number, string, bool, None, tuple)"
+                ) from None
+        return node.func.id, kwargs
+    raise ConfigError(f"{spec!r}: expected name or name(key=value, ...), got {ast.unparse(node)!r}")
+
+
+def _parse_stages(spec: str) -> list[tuple[str, dict[str, Any]]]:
+    """Split ``"a(x=1) > b > c(y=2)"`` into ``[("a", {"x": 1}), ("b", {}), ("c", {"y": 2})]``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"expected a non-empty spec string, got {spec!r}")
+    try:
+        tree = ast.parse(spec.strip(), mode="eval").body
+    except SyntaxError as exc:
+        raise ConfigError(f"cannot parse {spec!r}: {exc.msg}") from None
+    if isinstance(tree, ast.Compare):
+        if not all(isinstance(op, ast.Gt) for op in tree.ops):
+            raise ConfigError(f"{spec!r}: stages are chained with '>' only")
+        nodes = [tree.left, *tree.comparators]
+    else:
+        nodes = [tree]
+    return [_parse_stage(node, spec) for node in nodes]
+
+
+def _construct(registry: dict[str, type], kind: str, name: str, kwargs: dict[str, Any]) -> Any:
+    """Build a registered config dataclass from parsed keyword arguments (names checked against its fields)."""
+    cls = registry.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown {kind} {name!r}; known: {', '.join(sorted(registry))}")
+    fields = {fld.name for fld in dataclasses.fields(cls) if fld.init}
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise ConfigError(f"{kind} {name!r} has no parameter(s) {unknown}; parameters: {sorted(fields)}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a missing required field
+        raise ConfigError(f"{kind} {name!r}: {exc}") from None
+
+
+def _format_stage(obj: object) -> str:
+    """Canonical ``name(field=value, ...)`` of a registered config dataclass (all init fields, in order)."""
+    parts = [f"{fld.name}={getattr(obj, fld.name)!r}" for fld in dataclasses.fields(obj) if fld.init]  # type: ignore[arg-type]
+    name = type(obj).name  # type: ignore[attr-defined]
+    return f"{name}({', '.join(parts)})" if parts else name

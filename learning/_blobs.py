@@ -1,0 +1,52 @@
+"""Model and update vectors as canonical tensor blobs (ledger's safetensors layout).
+
+A flat float32 vector ``v`` of length ``d`` is the blob with one tensor ``"vector"`` of dtype F32 and
+shape ``(d,)``. Its digest (SHA-256 of the blob bytes) is what the ledger commits to. Decoding a peer's
+blob is strict: canonical layout, exactly one F32 tensor of the expected length, every value finite
+(a NaN/Inf update is rejected before it reaches scoring or aggregation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ledger import BlobError, TensorEntry, decode_tensors, encode_tensors, sha256
+from learning._errors import InvalidUpdateError
+
+__all__ = ["VECTOR_TENSOR", "blob_digest", "blob_to_vector", "vector_to_blob"]
+
+VECTOR_TENSOR = "vector"
+
+
+def vector_to_blob(vector: np.ndarray) -> bytes:
+    """Canonical blob bytes of a 1-D float32 vector (converted to little-endian float32)."""
+    v = np.ascontiguousarray(vector, dtype="<f4")
+    if v.ndim != 1:
+        raise ValueError(f"expected a 1-D vector, got shape {v.shape}")
+    return encode_tensors([TensorEntry(VECTOR_TENSOR, "F32", (v.shape[0],), memoryview(v).cast("B"))])
+
+
+def blob_digest(blob: bytes) -> bytes:
+    return sha256(blob)
+
+
+def blob_to_vector(blob: bytes, *, dim: int | None = None, what: str = "blob") -> np.ndarray:
+    """The float32 vector in ``blob`` (a read-only view of the bytes); raises on anything else.
+
+    Raises
+    ------
+    InvalidUpdateError
+        Not a canonical vector blob, wrong length, or non-finite values.
+    """
+    try:
+        entries, _ = decode_tensors(blob)
+    except BlobError as e:
+        raise InvalidUpdateError(f"{what}: {e}") from None
+    if len(entries) != 1 or entries[0].name != VECTOR_TENSOR or entries[0].dtype != "F32" or len(entries[0].shape) != 1:
+        raise InvalidUpdateError(f"{what}: expected one F32 tensor {VECTOR_TENSOR!r} of rank 1")
+    if dim is not None and entries[0].shape[0] != dim:
+        raise InvalidUpdateError(f"{what}: length {entries[0].shape[0]}, expected {dim}")
+    v = np.frombuffer(entries[0].data, dtype="<f4")
+    if not np.isfinite(v).all():
+        raise InvalidUpdateError(f"{what}: contains NaN or Inf")
+    return v

@@ -1,0 +1,170 @@
+"""CMFL committee scoring (Che et al., TPDS 2022; spec seed_003 §2.2, §2.8.6, §7.8) as pure functions.
+
+Committee member ``c`` holds its own reference update ``r_c`` and scores every training client ``k`` by the squared
+distance of eq. (7):
+
+.. math:: d_{ck} = \\|\\Delta_k - r_c\\|_2^2, \\qquad P^c_k = 1 / d_{ck}
+
+and the final score of eq. (8) is the harmonic mean of the members' scores, i.e. the reciprocal of the mean
+distance; the hardened variant (seed_003 §2.8.6) uses the median distance instead:
+
+.. math:: P_k = \\frac{C}{\\sum_{c} d_{ck}} \\quad\\text{(eq. 8)}, \\qquad
+          P^{\\mathrm{med}}_k = \\frac{1}{\\mathrm{median}_c \\, d_{ck}}
+
+Higher score = closer to the committee (seed_003 §8 item 1). Distances, not reciprocals, are what members exchange
+(§8 item 5), and every reciprocal is floored: ``P = C / max(Σ_c d, floor)``.
+
+How the layers split the work (DESIGN "A round, committee mode"): member ``c`` computes **its own row**
+``d_c = (d_{c1}, …, d_{cn})`` with :func:`distance_row` and signs it; the ``consensus`` layer receives the signed rows
+as plain numbers, puts the agreed rows in the proposal and combines them itself (eq. 8 or the median, selection,
+election) -- ``consensus`` never imports ``learning``. :func:`cmfl_scores` and :func:`cmfl_scores_median` are the
+reference implementation of that combination (for the simulator, tests and audits); :func:`distance_matrix` stacks
+the rows of a whole committee for simulation, and :func:`cmfl_scores_centroid` is the fast exact identity of §2.2
+(not bit-identical to eq. 8; use it for simulation, never for digests).
+
+All arithmetic is float64 in numpy's own loops (fixed order, no BLAS): a distance row is bit-reproducible.
+Non-finite updates are rejected with :class:`~learning._errors.InvalidUpdateError` before any distance is computed
+(seed_003 §7.8 item 10).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from learning._errors import ConfigError, InvalidUpdateError
+from learning._validate import validate_update, validate_updates
+
+__all__ = [
+    "DISTANCE_FLOOR",
+    "cmfl_scores",
+    "cmfl_scores_centroid",
+    "cmfl_scores_median",
+    "distance_matrix",
+    "distance_row",
+    "member_scores",
+]
+
+#: Floor applied to distances before taking reciprocals (``P = C / max(Σ d, floor)`` stays finite).
+DISTANCE_FLOOR = 1e-300
+
+_BLOCK = 32768
+
+
+def distance_row(reference: np.ndarray, updates: np.ndarray, /) -> np.ndarray:
+    """Eq. (7) distances of one committee member: ``d_k = ‖Δ_k − r‖²`` for every training client ``k``.
+
+    Computed directly on the differences in float64 (no Gram-matrix cancellation), in column blocks.
+
+    Parameters
+    ----------
+    reference:
+        The member's own update ``r`` (``d,``).
+    updates:
+        The training clients' updates ``Δ`` (``n, d``), in the agreed client order.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` float64.
+    """
+    u = validate_updates(updates)
+    r = validate_update(reference, dim=u.shape[1], what="reference")
+    n, d = u.shape
+    out = np.zeros(n, dtype=np.float64)
+    for j0 in range(0, d, _BLOCK):
+        diff = u[:, j0 : j0 + _BLOCK].astype(np.float64) - r[j0 : j0 + _BLOCK].astype(np.float64)
+        out += np.einsum("kj,kj->k", diff, diff)
+    return out
+
+
+def distance_matrix(references: np.ndarray, updates: np.ndarray, /) -> np.ndarray:
+    """Eq. (7) for a whole committee: ``D[c, k] = ‖Δ_k − r_c‖²``, one :func:`distance_row` per member.
+
+    Parameters
+    ----------
+    references:
+        ``(C, d)`` committee references, in the agreed member order.
+    updates:
+        ``(n, d)`` training-client updates.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(C, n)`` float64; row ``c`` equals ``distance_row(references[c], updates)`` bit for bit.
+    """
+    refs = validate_updates(references, what="references")
+    u = validate_updates(updates)
+    if refs.shape[1] != u.shape[1]:
+        raise InvalidUpdateError(f"references have dimension {refs.shape[1]}, updates {u.shape[1]}")
+    return np.stack([distance_row(refs[c], u) for c in range(refs.shape[0])])
+
+
+def _check_distances(distances: np.ndarray) -> np.ndarray:
+    dist = np.asarray(distances)
+    if dist.ndim != 2 or dist.shape[0] < 1 or dist.shape[1] < 1:
+        raise ConfigError(f"distances must be a (C, n) matrix with C, n >= 1, got shape {dist.shape}")
+    if dist.dtype.kind != "f":
+        raise ConfigError(f"distances must be floats, got {dist.dtype}")
+    dist = dist.astype(np.float64, copy=False)
+    if not np.isfinite(dist).all() or (dist < 0).any():
+        raise InvalidUpdateError("distances must be finite and non-negative")
+    return dist
+
+
+def member_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
+    """Eq. (7) scores ``P^c_k = 1 / max(d_ck, floor)`` (same shape as ``distances``)."""
+    dist = _check_distances(np.atleast_2d(distances))
+    return (1.0 / np.maximum(dist, floor)).reshape(np.shape(distances))
+
+
+def cmfl_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
+    """Eq. (8): ``P_k = C / max(Σ_c d_ck, floor)`` -- the reciprocal of the mean squared distance.
+
+    Parameters
+    ----------
+    distances:
+        ``(C, n)`` agreed distance rows (member order fixed by the caller; the sum runs over rows in that order).
+    floor:
+        Lower bound on ``Σ_c d_ck`` (identical updates give ``Σ = 0``; seed_003 §8 item 5).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` float64 scores; higher = closer to the committee.
+    """
+    dist = _check_distances(distances)
+    total = np.add.reduce(dist, axis=0)
+    return dist.shape[0] / np.maximum(total, floor)
+
+
+def cmfl_scores_median(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
+    """Median-of-distances hardening (seed_003 §2.8.6): ``P_k = 1 / max(median_c d_ck, floor)``.
+
+    With an even committee size the median is the mean of the two middle distances. A minority (< C/2) of members
+    reporting arbitrary rows cannot move any score outside the range of the honest members' distances, unlike eq. (8)
+    where one crafted reference places the centroid anywhere.
+    """
+    dist = _check_distances(distances)
+    s = np.sort(dist, axis=0)
+    c = s.shape[0]
+    med = s[c // 2] if c % 2 else (s[c // 2 - 1] + s[c // 2]) * 0.5
+    return 1.0 / np.maximum(med, floor)
+
+
+def cmfl_scores_centroid(references: np.ndarray, updates: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
+    """Eq. (8) through the exact centroid identity of seed_003 §2.2.
+
+    .. math:: \\frac{1}{C} \\sum_c \\|\\Delta_k - r_c\\|^2 = \\|\\Delta_k - \\bar r\\|^2 + V, \\qquad
+              \\bar r = \\frac{1}{C} \\sum_c r_c, \\quad V = \\frac{1}{C} \\sum_c \\|r_c - \\bar r\\|^2
+
+    so ``P_k = 1 / (‖Δ_k − r̄‖² + V)``: ``O((n + C) d)`` instead of ``O(n C d)``, equal to :func:`cmfl_scores` up to
+    rounding (use it in simulation, not where digests are compared). Ranking by ``P_k`` is ranking by distance to
+    the committee centroid.
+    """
+    refs = validate_updates(references, what="references")
+    u = validate_updates(updates)
+    if refs.shape[1] != u.shape[1]:
+        raise InvalidUpdateError(f"references have dimension {refs.shape[1]}, updates {u.shape[1]}")
+    centroid = np.add.reduce(refs, axis=0, dtype=np.float64) / refs.shape[0]
+    spread = float(np.add.reduce(distance_row(centroid, refs))) / refs.shape[0]
+    return 1.0 / np.maximum(distance_row(centroid, u) + spread, floor)

@@ -1,0 +1,64 @@
+"""What peers send each other: one canonical, strictly decoded envelope per message.
+
+======================= =================================================== ==========================
+field set               meaning                                             sent by → to
+======================= =================================================== ==========================
+``update``              a signed update commitment and its tensor blob      training client → committee
+``scores``              a signed CMFL score row (``cmfl_scores``)           committee member → committee
+``pbft``                a consensus message (pre-prepare, votes, decided)   replica → replicas
+``want``                digests of blobs the sender is missing              anyone → a peer that has them
+``blobs``               blobs (answers to ``want``; the new model on commit) any → any
+======================= =================================================== ==========================
+
+Exactly one of them is set. :meth:`Envelope.decode` is strict and bounded (``ENVELOPE_BYTES_MAX``); the
+receiver checks every signature, digest, shape and membership itself (``node.core``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consensus import Message
+from ledger import SignedMessage, UpdateCommitment, record
+
+__all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "UpdatePacket"]
+
+ENVELOPE_BYTES_MAX = 256 << 20
+BLOBS_PER_MESSAGE_MAX = 64
+
+
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdatePacket:
+    """A training client's update: the signed commitment and the tensor blob it commits to."""
+
+    commitment: UpdateCommitment
+    blob: bytes
+
+
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """The one wire type between nodes."""
+
+    update: UpdatePacket | None = None
+    scores: SignedMessage | None = None
+    pbft: Message | None = None
+    want: tuple[bytes, ...] | None = None
+    blobs: tuple[bytes, ...] | None = None
+
+    def __post_init__(self) -> None:
+        set_fields = [f for f in ("update", "scores", "pbft", "want", "blobs") if getattr(self, f) is not None]
+        if len(set_fields) != 1:
+            raise ValueError(f"an envelope carries exactly one of update/scores/pbft/want/blobs, got {set_fields}")
+        if self.want is not None and not 1 <= len(self.want) <= BLOBS_PER_MESSAGE_MAX:
+            raise ValueError(f"want must name 1 to {BLOBS_PER_MESSAGE_MAX} digests")
+        if self.blobs is not None and not 1 <= len(self.blobs) <= BLOBS_PER_MESSAGE_MAX:
+            raise ValueError(f"blobs must carry 1 to {BLOBS_PER_MESSAGE_MAX} blobs")
+
+    @property
+    def kind(self) -> str:
+        for f in ("update", "scores", "pbft", "want", "blobs"):
+            if getattr(self, f) is not None:
+                return f
+        raise AssertionError("unreachable")

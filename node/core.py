@@ -1,0 +1,720 @@
+"""The node core: a sans-I/O orchestrator composing consensus, learning and the ledger for one peer.
+
+Inputs: :meth:`NodeCore.on_message` (bytes from a peer), :meth:`NodeCore.tick` (one tick of logical
+time), :meth:`NodeCore.on_training_done` (a local training job finished). Outputs: effects
+(:class:`Transmit` bytes to a peer, :class:`Train` a local job, :class:`Decided` a committed block,
+:class:`Misbehavior` evidence). No clock, no sockets, no threads, no global RNG: the simulator
+(``sim``) and the runtime (``node/runtime``) drive the very same object.
+
+A height ``t`` (= FL round ``t``), both modes (DESIGN.md):
+
+1. Everyone derives the plan from the last block (:class:`node._rounds.RoundRules`): the committee
+   (validators), the trainers, and (committee mode) the members training references.
+2. Trainers train from the global model, sign ``(chain, t, digest, n_samples)`` and send the update
+   blob to every committee member. Receivers check membership, signature, digest, shape and finiteness.
+3. Committee mode: each member scores the updates against its own reference (eq. 7) and broadcasts a
+   signed score row. Coordinator mode: validators just hold the updates.
+4. The pBFT primary of (t, view) - in coordinator mode *the coordinator* - builds the payload (CMFL
+   decision from the rows, or the strategy's aggregate) and pre-prepares it; every validator re-executes
+   it (:meth:`RoundRules.check_payload`) before voting, and also refuses a coordinator that left out an
+   update the validator holds (censorship).
+5. On commit the block's proposer pushes the block and the new model to everyone outside the committee.
+
+Every peer input is untrusted: bounded envelope size, strict decoding, signatures, membership, digests,
+shapes and finite values are checked; a bad input is dropped and counted (``status().dropped``), and a
+provable one becomes evidence. Nothing a peer sends raises out of this class.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+from consensus import (
+    KIND_SCORES,
+    Broadcast,
+    Commit,
+    Message,
+    Proposal,
+    RemoteProtocolError,
+    Replica,
+    ReplicaConfig,
+    ReportMisbehavior,
+    RequestProposal,
+    Send,
+    SendBlocks,
+    cmfl_record,
+    decided_message,
+    decide_round,
+    parse_score_row,
+    sign_score_row,
+    update_equivocation_evidence,
+)
+
+from ledger import (
+    Block,
+    ChainState,
+    Evidence,
+    Genesis,
+    KeyPair,
+    LedgerError,
+    Payload,
+    SignedMessage,
+    UpdateCommitment,
+    encode,
+    genesis_state,
+    sha256,
+    sign_bytes,
+    sign_update,
+    update_sign_bytes,
+)
+from ledger.store import MemoryBlobStore
+from learning._blobs import blob_to_vector, vector_to_blob
+from learning._errors import InvalidUpdateError
+from learning._scoring import distance_row
+from node._rounds import RoundPlan, RoundRules, evidence_key
+from node._wire import BLOBS_PER_MESSAGE_MAX, ENVELOPE_BYTES_MAX, Envelope, UpdatePacket
+
+__all__ = [
+    "Behavior",
+    "Decided",
+    "Misbehavior",
+    "NodeCore",
+    "NodeEffect",
+    "NodeStatus",
+    "Train",
+    "TrainJob",
+    "TrainResult",
+    "Transmit",
+]
+
+PURPOSE_UPDATE = "update"
+PURPOSE_REFERENCE = "reference"
+EVIDENCE_PER_BLOCK_MAX = 64
+UNSOLICITED_BLOBS_MAX = 8
+DECIDED_KEPT = 16
+WANT_RETRY_TICKS = 10
+
+
+# --- effects -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainJob:
+    """Train locally from ``model`` for round ``fl_round``; ``purpose`` is "update" or "reference"."""
+
+    fl_round: int
+    model: np.ndarray
+    purpose: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """A finished local job: ``delta = θ_local − θ_global`` (float32) and the samples it used."""
+
+    delta: np.ndarray
+    n_samples: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Transmit:
+    """Send ``data`` (an encoded :class:`Envelope`) to peer ``to``. ``kind`` is for accounting."""
+
+    to: str
+    data: bytes
+    kind: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Train:
+    job: TrainJob
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decided:
+    """``block`` is committed here. ``model`` is the new global model (None until its blob arrived);
+    ``blobs`` holds the referenced blobs this node has (digest → bytes), for persisting."""
+
+    block: Block
+    model: np.ndarray | None
+    blobs: Mapping[bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Misbehavior:
+    evidence: Evidence
+
+
+NodeEffect = Transmit | Train | Decided | Misbehavior
+
+
+class Behavior:
+    """Fault-injection hooks (the simulator's adversary module overrides them); honest by default.
+
+    An attack lives here or in the network proxy, never in the protocol code: the core calls the hooks
+    at fixed points and does not know which attack, if any, runs.
+    """
+
+    accepts_everything: bool = False
+    """A colluding validator: its ``validate`` never refuses (and its own corrupt proposal passes)."""
+
+    def proposal(self, payload: Payload, model: np.ndarray, model_blob: bytes) -> tuple[Payload, np.ndarray, bytes]:
+        """The payload this node proposes (a corrupt coordinator changes it)."""
+        return payload, model, model_blob
+
+    def distances(self, distances: dict[str, float]) -> dict[str, float]:
+        """The score row this committee member signs (a lying member changes it)."""
+        return distances
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus:
+    """Frozen snapshot of a node."""
+
+    peer_id: str
+    height: int
+    committee: tuple[str, ...]
+    trainers: tuple[str, ...]
+    model_digest: bytes
+    awaiting_model: bool
+    updates_held: int
+    rows_held: int
+    dropped: Mapping[str, int]
+    evidence_pending: int
+    now_tick: int
+
+
+@dataclass(slots=True)
+class _Round:
+    plan: RoundPlan
+    start_tick: int
+    trained: bool = False
+    reference: np.ndarray | None = None
+    reference_digest: bytes = b""
+    updates: dict[str, tuple[UpdateCommitment, np.ndarray]] = field(default_factory=dict)
+    rows: dict[str, SignedMessage] = field(default_factory=dict)
+    row_sent: bool = False
+    proposal_request: tuple[int, int] | None = None
+    proposed_views: set[int] = field(default_factory=set)
+
+
+class NodeCore:
+    """One peer's protocol logic (see the module docstring).
+
+    Parameters
+    ----------
+    genesis, key:
+        The chain and this member's identity.
+    initial_model:
+        The global model at ``state`` (genesis: the initial model; its blob digest must match).
+    blobs:
+        Content-addressed blob store (``has/get/put``); a ``MemoryBlobStore`` by default.
+    behavior:
+        Fault-injection hooks (honest by default).
+    state:
+        Chain state to resume from (default: the genesis).
+    replica_config:
+        pBFT timeouts/bounds (default: from the genesis timeouts).
+    collect_ticks:
+        Ticks after a round starts at which committee members score the updates they have and the
+        primary proposes with the rows/updates it has (default: ``timeout_ticks_train``).
+    """
+
+    def __init__(
+        self,
+        *,
+        genesis: Genesis,
+        key: KeyPair,
+        initial_model: np.ndarray,
+        blobs: Any = None,
+        behavior: Behavior | None = None,
+        state: ChainState | None = None,
+        replica_config: ReplicaConfig | None = None,
+        collect_ticks: int | None = None,
+    ) -> None:
+        self._rules = RoundRules(genesis)
+        self._ctx = self._rules.ctx
+        self._genesis = genesis
+        self._key = key
+        self._me = key.peer_id
+        self._blobs = blobs if blobs is not None else MemoryBlobStore()
+        self._behavior = behavior or Behavior()
+        self._state = state if state is not None else genesis_state(self._ctx)
+        model = np.ascontiguousarray(initial_model, dtype=np.float32)
+        model_blob = vector_to_blob(model)
+        if sha256(model_blob) != self._state.model_digest:
+            raise ValueError("initial_model does not match the chain state's model digest")
+        self._blobs.put(model_blob)
+        self._dim = model.shape[0]
+        self._model: np.ndarray | None = model
+        self._timeouts = genesis.protocol.timeouts
+        self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
+        self._now = 0
+        self._dropped: Counter[str] = Counter()
+        self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
+        self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes]] = OrderedDict()
+        self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
+        self._want: dict[bytes, int] = {}  # digest -> tick last asked
+        self._decided: OrderedDict[int, Block] = OrderedDict()
+        self._pending_decided: Block | None = None  # committed, model blob not here yet
+        self._out: list[NodeEffect] = []
+        self._replica = Replica(
+            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config
+        )
+        self._round = _Round(self._rules.plan(self._state), 0)
+
+    # --- public API ------------------------------------------------------------------------------
+
+    @property
+    def peer_id(self) -> str:
+        return self._me
+
+    @property
+    def chain_state(self) -> ChainState:
+        return self._state
+
+    @property
+    def model(self) -> np.ndarray | None:
+        return self._model
+
+    def start(self) -> list[NodeEffect]:
+        """Effects of joining at the current height (train if this node is a trainer)."""
+        self._begin_round()
+        self._apply_replica(self._replica.start())
+        return self._flush()
+
+    def tick(self) -> list[NodeEffect]:
+        self._now += 1
+        self._apply_replica(self._replica.tick())
+        self._progress()
+        if self._want and self._now % WANT_RETRY_TICKS == 0:
+            self._ask_wanted()
+        return self._flush()
+
+    def on_training_done(self, job: TrainJob, result: TrainResult) -> list[NodeEffect]:
+        r = self._round
+        if job.fl_round != r.plan.height:
+            return self._flush()  # stale: the chain moved on while we trained
+        delta = np.ascontiguousarray(result.delta, dtype=np.float32)
+        if delta.shape != (self._dim,) or not np.isfinite(delta).all():
+            raise ValueError(f"local training produced a bad delta (shape {delta.shape}, finite={np.isfinite(delta).all()})")
+        blob = vector_to_blob(delta)
+        digest = self._blobs.put(blob)
+        if job.purpose == PURPOSE_REFERENCE:
+            r.reference, r.reference_digest = delta, digest
+        else:
+            c = sign_update(self._key, self._ctx.chain_id, r.plan.height, digest, int(result.n_samples))
+            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
+            for p in r.plan.committee:
+                if p == self._me:
+                    r.updates[p] = (c, np.frombuffer(blob_to_vector(blob), dtype=np.float32))
+                else:
+                    self._out.append(Transmit(to=p, data=data, kind="update"))
+        self._progress()
+        return self._flush()
+
+    def on_message(self, sender: str, data: bytes) -> list[NodeEffect]:
+        """Bytes from ``sender`` (the transport-authenticated peer id). Never raises on bad input."""
+        if sender not in self._ctx.members or sender == self._me:
+            self._dropped["non-member"] += 1
+            return self._flush()
+        try:
+            env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+        except LedgerError:
+            self._dropped["malformed"] += 1
+            return self._flush()
+        try:
+            if env.update is not None:
+                self._on_update(sender, env.update)
+            elif env.scores is not None:
+                self._on_scores(sender, env.scores)
+            elif env.pbft is not None:
+                self._apply_replica(self._replica.step(env.pbft, sender=sender))
+            elif env.want is not None:
+                self._on_want(sender, env.want)
+            elif env.blobs is not None:
+                self._on_blobs(env.blobs)
+        except (RemoteProtocolError, LedgerError, InvalidUpdateError) as e:
+            self._dropped[type(e).__name__] += 1
+        self._progress()
+        return self._flush()
+
+    def status(self) -> NodeStatus:
+        r = self._round
+        return NodeStatus(
+            peer_id=self._me,
+            height=r.plan.height,
+            committee=r.plan.committee,
+            trainers=r.plan.trainers,
+            model_digest=self._state.model_digest,
+            awaiting_model=self._model is None,
+            updates_held=len(r.updates),
+            rows_held=len(r.rows),
+            dropped=MappingProxyType(dict(sorted(self._dropped.items()))),
+            evidence_pending=len(self._evidence),
+            now_tick=self._now,
+        )
+
+    @property
+    def replica(self) -> Replica:
+        return self._replica
+
+    # --- rounds ---------------------------------------------------------------------------------
+
+    def _flush(self) -> list[NodeEffect]:
+        out, self._out = self._out, []
+        return out
+
+    def _begin_round(self) -> None:
+        r = self._round
+        if r.trained or self._model is None:
+            return
+        plan = r.plan
+        purpose = None
+        if self._me in plan.trainers:
+            purpose = PURPOSE_UPDATE
+        elif self._me in plan.references:
+            purpose = PURPOSE_REFERENCE
+        if purpose is not None:
+            r.trained = True
+            self._out.append(Train(job=TrainJob(fl_round=plan.height, model=self._model, purpose=purpose)))
+
+    def _progress(self) -> None:
+        self._maybe_score()
+        self._maybe_propose()
+
+    def _collect_due(self) -> bool:
+        return self._now >= self._round.start_tick + self._collect
+
+    def _maybe_score(self) -> None:
+        r = self._round
+        if not self._rules.committee_mode or r.row_sent or r.reference is None or self._me not in r.plan.committee:
+            return
+        if len(r.updates) < len(r.plan.trainers) and not self._collect_due():
+            return
+        peers = sorted(r.updates)
+        distances: dict[str, float] = {}
+        if peers:
+            stack = np.stack([r.updates[p][1] for p in peers])
+            row = distance_row(r.reference, stack)
+            distances = {p: float(d) for p, d in zip(peers, row)}
+        distances = self._behavior.distances(distances)
+        signed = sign_score_row(
+            self._key,
+            self._ctx.chain_id,
+            r.plan.height,
+            distances=distances,
+            updates={p: r.updates[p][0] for p in distances if p in r.updates},
+            reference=r.reference_digest,
+        )
+        r.rows[self._me] = signed
+        r.row_sent = True
+        data = Envelope(scores=signed).encode()  # type: ignore[attr-defined]
+        for p in r.plan.committee:
+            if p != self._me:
+                self._out.append(Transmit(to=p, data=data, kind="scores"))
+
+    def _maybe_propose(self) -> None:
+        r = self._round
+        req = r.proposal_request
+        if req is None or req[0] != r.plan.height or req[1] in r.proposed_views or self._model is None:
+            return
+        view = req[1]
+        ready_early = view > 0 or self._collect_due()
+        if self._rules.committee_mode:
+            assert self._rules.cmfl is not None
+            if len(r.rows) < self._rules.cmfl.rows_min:
+                return
+            if len(r.rows) < len(r.plan.committee) and not ready_early:
+                return
+            built = self._build_committee_payload()
+        else:
+            if len(r.updates) < len(r.plan.trainers) and not ready_early:
+                return
+            built = self._build_coordinator_payload()
+        if built is None:
+            return
+        payload, model, model_blob = self._behavior.proposal(*built)
+        self._blobs.put(model_blob)
+        self._remember_validated(payload.model_digest, model, model_blob)
+        r.proposed_views.add(view)
+        time_ms = max(self._state.time_ms, self._genesis.genesis_time_ms + self._now * self._timeouts.tick_ms)
+        self._apply_replica(self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms))
+
+    def _pending_evidence(self, height: int) -> tuple[Evidence, ...]:
+        return tuple(e for e in self._evidence.values() if e.height <= height)[:EVIDENCE_PER_BLOCK_MAX]
+
+    def _build_committee_payload(self) -> tuple[Payload, np.ndarray, bytes] | None:
+        r = self._round
+        assert self._rules.cmfl is not None and self._model is not None
+        rows = [r.rows[m] for m in sorted(r.rows)]
+        parsed = [parse_score_row(x) for x in rows]
+        decision = decide_round(parsed, training=r.plan.trainers, committee=r.plan.committee, params=self._rules.cmfl)
+        included = []
+        for k in decision.accepted:
+            c = next(row.updates[k] for row in parsed if k in row.updates)
+            held = r.updates.get(k)
+            if held is None or held[0].digest != c.digest:
+                self._want_blob(c.digest)
+                return None  # fetch the accepted update first
+            included.append((c, held[1]))
+        for a, b in decision.equivocations:
+            self._add_evidence(update_equivocation_evidence(a, b))
+        result = self._rules.aggregate(self._state, self._model, included)
+        blob = vector_to_blob(result.model)
+        payload = Payload(
+            updates=tuple(c for c, _ in sorted(included, key=lambda cu: cu[0].peer)),
+            model_digest=sha256(blob),
+            next_committee=decision.next_committee,
+            record=cmfl_record(decision, training=r.plan.trainers, params=self._rules.cmfl),
+            attestations=tuple(rows),
+            evidence=self._pending_evidence(r.plan.height),
+        )
+        return payload, result.model, blob
+
+    def _build_coordinator_payload(self) -> tuple[Payload, np.ndarray, bytes]:
+        r = self._round
+        assert self._model is not None
+        included = [r.updates[p] for p in sorted(r.updates)]
+        result = self._rules.aggregate(self._state, self._model, included)
+        blob = vector_to_blob(result.model)
+        state_digest = None
+        if result.state is not None:
+            state_digest = self._blobs.put(result.state)
+        payload = Payload(
+            updates=tuple(c for c, _ in included),
+            model_digest=sha256(blob),
+            next_committee=self._rules.next_committee_coordinator(self._state),
+            record=self._rules.coordinator_record(r.plan, result),
+            state_digest=state_digest,
+            evidence=self._pending_evidence(r.plan.height),
+        )
+        return payload, result.model, blob
+
+    # --- validation (pBFT's validate callback) ----------------------------------------------------
+
+    def _validate(self, proposal: Proposal) -> str | None:
+        if self._behavior.accepts_everything:
+            return None
+        payload = proposal.payload
+        if self._model is None:
+            return "this validator does not have the previous model yet"
+        if not self._rules.committee_mode:
+            included = {u.peer for u in payload.updates}
+            censored = sorted(p for p in self._round.updates if p not in included)
+            if censored:
+                return f"the proposal leaves out the valid update(s) of {', '.join(censored)}"
+        cached = self._validated.get(payload.model_digest)
+        reason, model, blob = self._rules.check_payload(self._state, payload, self._model, self._blobs)
+        if reason is not None:
+            for u in payload.updates:
+                if not self._blobs.has(u.digest):
+                    self._want_blob(u.digest, ask=proposal.header.proposer)
+            return reason
+        assert model is not None and blob is not None
+        if cached is None:
+            self._remember_validated(payload.model_digest, model, blob)
+        return None
+
+    def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes) -> None:
+        self._validated[digest] = (model, blob)
+        while len(self._validated) > 8:
+            self._validated.popitem(last=False)
+
+    # --- consensus effects ------------------------------------------------------------------------
+
+    def _apply_replica(self, effects: Sequence[Any]) -> None:
+        for fx in effects:
+            match fx:
+                case Send(to=to, message=msg):
+                    self._out.append(Transmit(to=to, data=self._pbft_bytes(msg), kind="pbft"))
+                case Broadcast(to=to, message=msg):
+                    data = self._pbft_bytes(msg)
+                    self._out.extend(Transmit(to=p, data=data, kind="pbft") for p in to)
+                case SendBlocks(to=to, start=start, stop=stop):
+                    for h in range(start, stop):
+                        b = self._decided.get(h)
+                        if b is not None:
+                            self._out.append(Transmit(to=to, data=self._pbft_bytes(decided_message(b)), kind="pbft"))
+                case RequestProposal(height=h, view=v):
+                    self._round.proposal_request = (h, v)
+                case ReportMisbehavior(evidence=ev):
+                    self._add_evidence(ev)
+                case Commit(block=block):
+                    self._on_commit(block)
+                case _:
+                    raise AssertionError(f"unknown consensus effect {fx!r}")
+
+    @staticmethod
+    def _pbft_bytes(msg: Message) -> bytes:
+        return Envelope(pbft=msg).encode()  # type: ignore[attr-defined]
+
+    def _add_evidence(self, ev: Evidence) -> None:
+        key = evidence_key(ev)
+        if key not in self._evidence:
+            self._evidence[key] = ev
+            self._out.append(Misbehavior(evidence=ev))
+
+    def _on_commit(self, block: Block) -> None:
+        self._decided[block.height] = block
+        while len(self._decided) > DECIDED_KEPT:
+            self._decided.popitem(last=False)
+        for ev in block.payload.evidence:
+            self._evidence.pop(evidence_key(ev), None)
+        self._state = self._replica.chain_state
+        digest = block.payload.model_digest
+        model = None
+        cached = self._validated.get(digest)
+        if cached is not None:
+            model = cached[0]
+        else:
+            blob = self._blob(digest)
+            if blob is not None:
+                try:
+                    model = np.array(blob_to_vector(blob, dim=self._dim, what="model"))
+                except InvalidUpdateError:
+                    model = None
+        old_round = self._round
+        self._model = model
+        if block.header.proposer == self._me:
+            self._push_decided(block, old_round.plan.committee)
+        referenced = [u.digest for u in block.payload.updates] + [digest]
+        if block.payload.state_digest is not None:
+            referenced.append(block.payload.state_digest)
+        held = {d: self._blobs.get(d) for d in referenced if self._blobs.has(d)}
+        self._out.append(Decided(block=block, model=model, blobs=MappingProxyType(held)))
+        if model is None:
+            self._want_blob(digest, ask=block.header.proposer)
+        self._round = _Round(self._rules.plan(self._state), self._now)
+        self._begin_round()
+
+    def _push_decided(self, block: Block, committee: Sequence[str]) -> None:
+        """The proposer sends the decided block and the new model to every member outside the committee."""
+        cached = self._validated.get(block.payload.model_digest)
+        model_blob = cached[1] if cached is not None else self._blob(block.payload.model_digest)
+        block_data = self._pbft_bytes(decided_message(block))
+        model_data = None if model_blob is None else Envelope(blobs=(model_blob,)).encode()  # type: ignore[attr-defined]
+        inside = set(committee)
+        for p in self._genesis.member_ids:
+            if p == self._me or p in inside:
+                continue
+            self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
+            if model_data is not None:
+                self._out.append(Transmit(to=p, data=model_data, kind="model"))
+        # validators of the next committee that sat outside this one get the block above; the others
+        # decided it themselves and have the model from validation.
+
+    # --- peer inputs ------------------------------------------------------------------------------
+
+    def _on_update(self, sender: str, packet: UpdatePacket) -> None:
+        r = self._round
+        c = packet.commitment
+        if c.peer != sender:
+            self._dropped["relayed update"] += 1
+            return
+        if c.fl_round != r.plan.height:
+            self._dropped["update for another round"] += 1
+            return
+        if sender not in r.plan.trainers or self._me not in r.plan.committee:
+            self._dropped["update from a non-trainer or to a non-validator"] += 1
+            return
+        self._ctx.keys.verify(
+            c.peer,
+            c.signature,
+            update_sign_bytes(self._ctx.chain_id, c.peer, c.fl_round, c.digest, c.n_samples),
+            what="update commitment",
+        )
+        if sha256(packet.blob) != c.digest:
+            self._dropped["update blob does not match its digest"] += 1
+            return
+        vec = blob_to_vector(packet.blob, dim=self._dim, what=f"update of {sender}")
+        held = r.updates.get(sender)
+        if held is not None:
+            if held[0].signed_body() != c.signed_body():
+                self._add_evidence(update_equivocation_evidence(held[0], c))
+            self._dropped["duplicate update"] += 1
+            return
+        self._blobs.put(packet.blob)
+        r.updates[sender] = (c, vec)
+
+    def _on_scores(self, sender: str, signed: SignedMessage) -> None:
+        r = self._round
+        if signed.signer != sender or signed.kind != KIND_SCORES or signed.height != r.plan.height:
+            self._dropped["score row for another round or signer"] += 1
+            return
+        if sender not in r.plan.committee or self._me not in r.plan.committee:
+            self._dropped["score row outside the committee"] += 1
+            return
+        self._ctx.keys.verify(
+            signed.signer,
+            signed.signature,
+            sign_bytes(self._ctx.chain_id, signed.kind, signed.height, signed.view, signed.body),
+            what="score row",
+        )
+        parse_score_row(signed)
+        held = r.rows.get(sender)
+        if held is not None:
+            if encode(held.body) != encode(signed.body):
+                pair = sorted((held, signed), key=lambda m: m.encode())  # type: ignore[attr-defined]
+                self._add_evidence(
+                    Evidence(kind="equivocation", offender=sender, height=signed.height, view=signed.view,
+                             exhibits=tuple(pair), reason="two different score rows for one round")
+                )
+            return
+        r.rows[sender] = signed
+
+    def _on_want(self, sender: str, digests: Sequence[bytes]) -> None:
+        have = [self._blobs.get(d) for d in digests[:BLOBS_PER_MESSAGE_MAX] if self._blobs.has(d)]
+        if have:
+            self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))  # type: ignore[attr-defined]
+
+    def _on_blobs(self, blobs: Sequence[bytes]) -> None:
+        for blob in blobs:
+            d = sha256(blob)
+            if d in self._want:
+                self._blobs.put(blob)
+                del self._want[d]
+            else:
+                self._unsolicited[d] = blob
+                while len(self._unsolicited) > UNSOLICITED_BLOBS_MAX:
+                    self._unsolicited.popitem(last=False)
+        if self._model is None:
+            blob = self._blob(self._state.model_digest)
+            if blob is not None:
+                try:
+                    self._model = np.array(blob_to_vector(blob, dim=self._dim, what="model"))
+                except InvalidUpdateError:
+                    self._dropped["bad model blob"] += 1
+                    return
+                self._begin_round()
+
+    def _blob(self, digest: bytes) -> bytes | None:
+        if self._blobs.has(digest):
+            return self._blobs.get(digest)
+        blob = self._unsolicited.pop(digest, None)
+        if blob is not None:
+            self._blobs.put(blob)
+        return blob
+
+    def _want_blob(self, digest: bytes, *, ask: str | None = None) -> None:
+        if digest in self._want or self._blob(digest) is not None:
+            return
+        self._want[digest] = self._now
+        target = ask if ask is not None and ask != self._me else None
+        peers = [target] if target else [p for p in self._round.plan.committee if p != self._me][:1]
+        for p in peers:
+            self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))  # type: ignore[attr-defined]
+
+    def _ask_wanted(self) -> None:
+        """Retry missing blobs, asking committee members in turn."""
+        others = [p for p in sorted(set(self._round.plan.committee) | set(self._state.committee)) if p != self._me]
+        if not others:
+            return
+        digests = tuple(sorted(self._want))[:BLOBS_PER_MESSAGE_MAX]
+        target = others[(self._now // WANT_RETRY_TICKS) % len(others)]
+        self._out.append(Transmit(to=target, data=Envelope(want=digests).encode(), kind="want"))  # type: ignore[attr-defined]

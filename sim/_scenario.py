@@ -1,0 +1,250 @@
+"""Scenario files: a strict TOML schema for a simulation (unknown keys are rejected with their path).
+
+Example (``scenarios/quickstart.toml``)::
+
+    name = "quickstart"
+    seed = 0
+    rounds = 20
+    members = 20
+
+    [protocol]
+    mode = "committee"          # or "coordinator"
+    algorithm = "cmfl"          # coordinator mode: a registered strategy ("fedavg", "fedro")
+    committee_size = 4
+    params = { training_size = 12, aggregation_size = 8, strategy = "I" }
+
+    [data]
+    dataset = "digits"
+    partition = "iid"
+
+    [model]
+    name = "mlp"
+    params = { in_features = 64, hidden = [64], num_classes = 10 }
+
+    [training]
+    steps = 10
+    batch_size = 32
+    lr = 0.05
+
+    [network]
+    latency_ms = 20
+
+    [compute]
+    train_ms = 300
+
+    [adversary]
+    byzantine = 2                                   # the first 2 non-genesis-committee members
+    attack = "model_scaling(scale=-1.0)"
+    [[adversary.faults]]
+    target = "coordinator"                           # or "member:3"
+    kind = "corrupt"                                 # drop | delay | corrupt
+    from_round = 2
+
+Everything is validated here, at the config boundary; the engine only sees typed objects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ledger._types import MODES, QUORUM_RULES
+from node.config import load_toml, record_from_toml
+
+__all__ = [
+    "AdversaryConfig",
+    "ComputeConfig",
+    "DataSection",
+    "FaultConfig",
+    "ModelSection",
+    "NetworkConfig",
+    "ProtocolSection",
+    "Scenario",
+    "TrainingSection",
+    "default_scenario_path",
+    "load_scenario",
+]
+
+FAULT_KINDS = ("drop", "delay", "corrupt")
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolSection:
+    mode: str = "committee"
+    algorithm: str = "cmfl"
+    committee_size: int = 4
+    quorum: str = "bft"
+    params: Mapping[str, Any] = field(default_factory=_empty)
+    tick_ms: int = 100
+    timeout_ticks_train: int = 20
+    timeout_ticks_propose: int = 10
+    timeout_ticks_prepare: int = 10
+    timeout_ticks_commit: int = 10
+    timeout_ticks_view_change: int = 20
+
+    def __post_init__(self) -> None:
+        _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}")
+        _check(self.quorum in QUORUM_RULES, f"quorum must be one of {', '.join(QUORUM_RULES)}")
+        _check(self.committee_size >= 1, "committee_size must be >= 1")
+        _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataSection:
+    dataset: str = "digits"
+    params: Mapping[str, Any] = field(default_factory=_empty)
+    partition: str = "iid"
+    partition_params: Mapping[str, Any] = field(default_factory=_empty)
+    test_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.test_fraction < 1.0, "test_fraction must be in (0, 1)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSection:
+    name: str = "mlp"
+    params: Mapping[str, Any] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSection:
+    steps: int = 10
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 1, "steps must be >= 1")
+        _check(self.batch_size >= 1, "batch_size must be >= 1")
+        _check(self.lr > 0, "lr must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NetworkConfig:
+    """Per-link latency (ms) with uniform jitter, bandwidth, and seeded faults on every message."""
+
+    latency_ms: float = 20.0
+    jitter_ms: float = 5.0
+    bandwidth_mbps: float = 100.0
+    drop: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    """Probability that a message is held back by an extra ``reorder_ms`` (overtaken by later ones)."""
+    reorder_ms: float = 50.0
+
+    def __post_init__(self) -> None:
+        for name in ("drop", "duplicate", "reorder"):
+            v = getattr(self, name)
+            _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
+        _check(self.latency_ms >= 0 and self.jitter_ms >= 0 and self.reorder_ms >= 0, "delays must be >= 0")
+        _check(self.bandwidth_mbps > 0, "bandwidth_mbps must be > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeConfig:
+    """Virtual duration of one local training job: ``train_ms × speed``, plus straggler delays.
+
+    ``speed`` per member is drawn once from ``U[1, 1 + speed_spread]``; ``stragglers`` members (the last
+    ones by index) add ``straggler_ms`` to every job.
+    """
+
+    train_ms: float = 300.0
+    speed_spread: float = 0.5
+    stragglers: int = 0
+    straggler_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.train_ms >= 0 and self.speed_spread >= 0 and self.straggler_ms >= 0, "durations must be >= 0")
+        _check(self.stragglers >= 0, "stragglers must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultConfig:
+    """A protocol fault: ``target`` = ``"coordinator"`` (the primary of each round from ``from_round``),
+    ``"committee"`` (one member of the genesis committee), or ``"member:I"``."""
+
+    target: str
+    kind: str
+    from_round: int = 1
+    delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
+        ok = self.target in ("coordinator", "committee") or (
+            self.target.startswith("member:") and self.target[7:].isdigit()
+        )
+        _check(ok, "target must be coordinator, committee or member:I")
+        _check(self.from_round >= 1, "from_round must be >= 1")
+        _check(self.kind != "delay" or self.delay_ms > 0, "a delay fault needs delay_ms > 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdversaryConfig:
+    byzantine: int = 0
+    """Number of Byzantine clients (chosen among members outside the genesis committee)."""
+    attack: str = ""
+    """Update attack spec (``learning.parse_update_attack``), applied to each Byzantine client's update."""
+    data_attack: str = ""
+    """Data attack spec (``learning.parse_data_attack``), applied to each Byzantine client's data."""
+    faults: tuple[FaultConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.byzantine >= 0, "byzantine must be >= 0")
+        _check(self.byzantine == 0 or bool(self.attack or self.data_attack), "byzantine clients need an attack")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    name: str
+    seed: int = 0
+    rounds: int = 20
+    members: int = 20
+    eval_every: int = 1
+    protocol: ProtocolSection = field(default_factory=ProtocolSection)
+    data: DataSection = field(default_factory=DataSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    training: TrainingSection = field(default_factory=TrainingSection)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    adversary: AdversaryConfig = field(default_factory=AdversaryConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.seed >= 0, "seed must be >= 0")
+        _check(self.rounds >= 1, "rounds must be >= 1")
+        _check(self.members >= 1, "members must be >= 1")
+        _check(self.eval_every >= 1, "eval_every must be >= 1")
+        _check(self.protocol.committee_size <= self.members, "committee_size exceeds members")
+        _check(
+            self.adversary.byzantine <= self.members - self.protocol.committee_size,
+            "more Byzantine clients than members outside the genesis committee",
+        )
+
+
+def default_scenario_path() -> Path:
+    """``scenarios/quickstart.toml`` of this checkout."""
+    return Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
+
+
+def load_scenario(path: str | os.PathLike[str], **overrides: Any) -> Scenario:
+    """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``)."""
+    data = load_toml(path, what="scenario")
+    for k, v in overrides.items():
+        if v is not None:
+            data[k] = v
+    return record_from_toml(Scenario, data, source=str(path))

@@ -1,0 +1,382 @@
+"""Known values and reference implementations for the aggregation rules (learning/_aggregators.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from learning._aggregators import (
+    CenteredClipping,
+    CoordinateWiseMedian,
+    GeometricMedian,
+    Krum,
+    MDA,
+    MeaMed,
+    Mean,
+    MultiKrum,
+    TrimmedMean,
+    pairwise_sq_distances,
+)
+from learning._errors import ConfigError
+
+RNG = np.random.default_rng(0)
+
+
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def stack(n: int, d: int, seed: int, *, outliers: int = 0, dtype: type = np.float64) -> np.ndarray:
+    g = np.random.default_rng(seed)
+    x = g.standard_normal((n, d))
+    if outliers:
+        x[:outliers] += g.standard_normal(d) * 50
+    return x.astype(dtype)
+
+
+# --- reference implementations (direct, no Gram matrix) -------------------------------------------------------
+
+
+def ref_sq_dist(x: np.ndarray) -> np.ndarray:
+    return np.array([[float(np.sum((a - b) ** 2)) for b in x] for a in x])
+
+
+def ref_krum_scores(x: np.ndarray, neighbours: int) -> np.ndarray:
+    d = ref_sq_dist(x)
+    return np.array([np.sort(np.delete(d[i], i))[:neighbours].sum() for i in range(len(x))])
+
+
+def ref_meamed(x: np.ndarray, f: int) -> np.ndarray:
+    n, d = x.shape
+    out = np.empty(d)
+    for k in range(d):
+        col = x[:, k]
+        med = np.median(col)
+        order = np.argsort(np.abs(col - med), kind="stable")
+        out[k] = col[order[: n - f]].mean()
+    return out
+
+
+def ref_nnm(x: np.ndarray, f: int) -> np.ndarray:
+    d = ref_sq_dist(x)
+    out = np.empty_like(x, dtype=np.float64)
+    for i in range(len(x)):
+        key = d[i].copy()
+        key[i] = -1
+        out[i] = x[np.argsort(key, kind="stable")[: len(x) - f]].mean(axis=0)
+    return out
+
+
+def ref_cc(x: np.ndarray, tau: float, iterations: int, w: np.ndarray | None = None) -> np.ndarray:
+    a = np.full(len(x), 1 / len(x)) if w is None else w / w.sum()
+    v = np.zeros(x.shape[1])
+    for _ in range(iterations):
+        diff = x - v
+        norms = np.linalg.norm(diff, axis=1)
+        scale = np.minimum(1.0, tau / np.where(norms == 0, np.inf, norms))
+        v = v + (a[:, None] * scale[:, None] * diff).sum(axis=0)
+    return v
+
+
+def ref_weiszfeld(x: np.ndarray, nu: float, iterations: int, w: np.ndarray | None = None) -> np.ndarray:
+    a = np.full(len(x), 1 / len(x)) if w is None else w / w.sum()
+    z = np.zeros(x.shape[1])
+    for _ in range(iterations):
+        beta = a / np.maximum(nu, np.linalg.norm(x - z, axis=1))
+        z = (beta[:, None] * x).sum(axis=0) / beta.sum()
+    return z
+
+
+# --- mean ----------------------------------------------------------------------------------------------------
+
+
+def test_mean_and_weighted_mean_known_values() -> None:
+    x = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 12.0]])
+    np.testing.assert_array_equal(Mean()(x, rng=rng()), [3.0, 6.0])
+    np.testing.assert_allclose(Mean()(x, rng=rng(), weights=np.array([1, 1, 2])), [3.5, 7.5], rtol=1e-15)
+    np.testing.assert_allclose(Mean()(x, rng=rng(), weights=np.array([0, 0, 5])), [5.0, 12.0], rtol=1e-15)
+
+
+def test_mean_float32_accumulates_in_float64() -> None:
+    # 2^24 + 1 is not a float32; the float64 sum of [2^24, 1, 1, ...] divided by n is exact before rounding.
+    x = np.array([[2.0**24]] + [[1.0]] * 7, dtype=np.float32)
+    out = Mean()(x, rng=rng())
+    assert out.dtype == np.float32
+    assert out[0] == np.float32((2.0**24 + 7) / 8)
+
+
+# --- coordinate-wise rules -------------------------------------------------------------------------------------
+
+
+def test_median_odd_even_and_no_overflow() -> None:
+    x = np.array([[1.0, 5.0], [2.0, 0.0], [9.0, 1.0]])
+    np.testing.assert_array_equal(CoordinateWiseMedian()(x, rng=rng()), [2.0, 1.0])
+    x4 = np.array([[1.0], [2.0], [4.0], [100.0]])
+    np.testing.assert_array_equal(CoordinateWiseMedian()(x4, rng=rng()), [3.0])
+    big = np.full((2, 3), 3.0e38, dtype=np.float32)
+    out = CoordinateWiseMedian()(big, rng=rng())
+    assert np.isfinite(out).all() and out.dtype == np.float32
+    np.testing.assert_array_equal(out, big[0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13])
+def test_median_matches_numpy(n: int) -> None:
+    x = stack(n, 37, seed=n)
+    np.testing.assert_allclose(CoordinateWiseMedian()(x, rng=rng()), np.median(x, axis=0), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(("n", "f"), [(1, 0), (4, 1), (9, 4), (10, 3), (21, 5)])
+def test_trimmed_mean_matches_scipy(n: int, f: int) -> None:
+    x = stack(n, 29, seed=100 + n, outliers=f)
+    expected = scipy.stats.trim_mean(x, f / n, axis=0)
+    np.testing.assert_allclose(TrimmedMean(f=f)(x, rng=rng()), expected, rtol=1e-13, atol=1e-13)
+
+
+def test_trimmed_mean_known_value() -> None:
+    x = np.array([[1.0], [2.0], [3.0], [100.0]])
+    assert TrimmedMean(f=1)(x, rng=rng())[0] == 2.5
+
+
+@pytest.mark.parametrize(("n", "f"), [(3, 1), (7, 2), (10, 4), (15, 3)])
+def test_meamed_matches_reference(n: int, f: int) -> None:
+    x = stack(n, 23, seed=200 + n, outliers=f)
+    np.testing.assert_allclose(MeaMed(f=f)(x, rng=rng()), ref_meamed(x, f), rtol=1e-12, atol=1e-12)
+
+
+def test_meamed_f0_is_mean() -> None:
+    x = stack(6, 5, seed=3)
+    np.testing.assert_allclose(MeaMed(f=0)(x, rng=rng()), x.mean(axis=0), rtol=1e-13)
+
+
+# --- geometric median --------------------------------------------------------------------------------------------
+
+
+def test_geometric_median_collinear_points() -> None:
+    # seed_000 §6.1 item 7: 7 collinear points, equal weights, nu = 1e-6, 100 iterations -> the median to 1e-9.
+    pts = np.array([[0.0], [1.0], [2.5], [3.0], [7.0], [8.0], [20.0]])
+    out = GeometricMedian(nu=1e-6, iterations=100)(pts, rng=rng())
+    assert abs(out[0] - 3.0) < 1e-9
+    # Collinear in 2-D: the geometric median is the median point on the line.
+    pts2 = np.hstack([pts, 2 * pts + 1])
+    np.testing.assert_allclose(GeometricMedian(nu=1e-6, iterations=100)(pts2, rng=rng()), [3.0, 7.0], atol=1e-8)
+
+
+def test_geometric_median_matches_direct_weiszfeld() -> None:
+    x = stack(9, 13, seed=7, outliers=2)
+    for nu, it in [(0.1, 3), (0.1, 8), (1e-3, 25)]:
+        np.testing.assert_allclose(
+            GeometricMedian(nu=nu, iterations=it)(x, rng=rng()), ref_weiszfeld(x, nu, it), rtol=1e-9, atol=1e-10
+        )
+    w = np.arange(1.0, 10.0)
+    np.testing.assert_allclose(
+        GeometricMedian(nu=0.1, iterations=8)(x, rng=rng(), weights=w), ref_weiszfeld(x, 0.1, 8, w), rtol=1e-9
+    )
+
+
+def test_geometric_median_minimises_the_sum_of_distances() -> None:
+    x = stack(11, 4, seed=8, outliers=3)
+    z = GeometricMedian(nu=1e-9, iterations=2000, init="mean")(x, rng=rng())
+
+    def objective(y: np.ndarray) -> float:
+        return float(np.linalg.norm(x - y, axis=1).sum())
+
+    best = objective(z)
+    probe = np.random.default_rng(9)
+    for _ in range(200):
+        assert objective(z + probe.standard_normal(4) * 1e-3) >= best - 1e-9
+    assert best <= min(objective(p) for p in x) + 1e-12
+
+
+def test_geometric_median_ftol_stops_early() -> None:
+    x = stack(8, 5, seed=10)
+    early = GeometricMedian(nu=1e-5, iterations=10, init="mean", ftol=1e300)(x, rng=rng())
+    one = GeometricMedian(nu=1e-5, iterations=1, init="mean")(x, rng=rng())
+    np.testing.assert_array_equal(early, one)
+
+
+# --- centered clipping ----------------------------------------------------------------------------------------
+
+
+def test_centered_clipping_inside_radius_is_the_mean() -> None:
+    x = stack(6, 4, seed=11)
+    w = np.array([1.0, 2.0, 3.0, 1.0, 1.0, 2.0])
+    out = CenteredClipping(tau=1e6, iterations=1)(x, rng=rng(), weights=w)
+    np.testing.assert_allclose(out, (w[:, None] * x).sum(0) / w.sum(), rtol=1e-13)
+
+
+def test_centered_clipping_tiny_radius_bounds_each_step() -> None:
+    x = stack(6, 4, seed=12) * 100
+    tau = 1e-3
+    v1 = CenteredClipping(tau=tau, iterations=1)(x, rng=rng())
+    assert np.linalg.norm(v1) <= tau * (1 + 1e-12)
+    v3 = CenteredClipping(tau=tau, iterations=3)(x, rng=rng())
+    assert np.linalg.norm(v3) <= 3 * tau * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3, 5])
+def test_centered_clipping_matches_jacobi_reference(iterations: int) -> None:
+    x = stack(10, 7, seed=13, outliers=3)
+    w = np.random.default_rng(14).random(10)
+    for tau in (0.5, 3.0, 100.0):
+        np.testing.assert_allclose(
+            CenteredClipping(tau=tau, iterations=iterations)(x, rng=rng()), ref_cc(x, tau, iterations), rtol=1e-10
+        )
+        np.testing.assert_allclose(
+            CenteredClipping(tau=tau, iterations=iterations)(x, rng=rng(), weights=w),
+            ref_cc(x, tau, iterations, w),
+            rtol=1e-10,
+        )
+
+
+# --- Krum, Multi-Krum ------------------------------------------------------------------------------------------
+
+
+def test_pairwise_distances_match_direct() -> None:
+    x = stack(7, 50, seed=15, dtype=np.float32)
+    np.testing.assert_allclose(pairwise_sq_distances(x), ref_sq_dist(x.astype(np.float64)), rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize(("variant", "extra"), [("byzfl", 1), ("blanchard", 2)])
+def test_krum_matches_reference(variant: str, extra: int) -> None:
+    for seed in range(20):
+        n = 5 + seed % 9
+        f = (n - 3) // 2 if variant == "blanchard" else (n - 1) // 2  # the largest f each variant accepts
+        x = stack(n, 6, seed=seed, outliers=f)
+        out = Krum(f=f, variant=variant)(x, rng=rng())  # type: ignore[arg-type]
+        expected = x[int(np.argmin(ref_krum_scores(x, n - f - extra)))]
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_krum_returns_a_copy_of_an_input() -> None:
+    x = stack(7, 5, seed=16, outliers=2)
+    out = Krum(f=2)(x, rng=rng())
+    assert any(np.array_equal(out, row) for row in x)
+    assert not np.shares_memory(out, x)
+
+
+def test_krum_blanchard_needs_n_above_2f_plus_2() -> None:
+    with pytest.raises(ConfigError, match="n > 2f"):
+        Krum(f=2, variant="blanchard")(stack(6, 3, seed=0), rng=rng())
+    Krum(f=2, variant="byzfl")(stack(6, 3, seed=0), rng=rng())
+
+
+def test_multi_krum_matches_reference() -> None:
+    for seed in range(15):
+        n = 6 + seed % 7
+        f = (n - 1) // 2
+        x = stack(n, 5, seed=seed, outliers=f)
+        scores = ref_krum_scores(x, n - f - 1)
+        for q in (None, 1, n - f, n):
+            qq = n - f if q is None else q
+            chosen = np.argsort(scores, kind="stable")[:qq]
+            np.testing.assert_allclose(MultiKrum(f=f, q=q)(x, rng=rng()), x[chosen].mean(axis=0), rtol=1e-12)
+        w = np.arange(1.0, n + 1)
+        chosen = np.argsort(scores, kind="stable")[: n - f]
+        expected = (w[chosen, None] * x[chosen]).sum(0) / w[chosen].sum()
+        np.testing.assert_allclose(MultiKrum(f=f)(x, rng=rng(), weights=w), expected, rtol=1e-12)
+
+
+def test_multi_krum_q_above_n_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="q=9"):
+        MultiKrum(f=1, q=9)(stack(5, 2, seed=0), rng=rng())
+
+
+def test_multi_krum_filters_far_outliers() -> None:
+    x = stack(10, 8, seed=17)
+    x[:3] = 1e6
+    out = MultiKrum(f=3)(x, rng=rng())
+    assert np.abs(out).max() < 10
+
+
+# --- MDA ----------------------------------------------------------------------------------------------------
+
+
+def brute_mda(x: np.ndarray, f: int) -> np.ndarray:
+    d = ref_sq_dist(x)
+    n = len(x)
+    best = None
+    for subset in itertools.combinations(range(n), n - f):
+        sub = d[np.ix_(subset, subset)]
+        key = (sub.max(), sub.sum())
+        if best is None or key < best[0]:
+            best = (key, subset)
+    assert best is not None
+    return x[list(best[1])].mean(axis=0)
+
+
+def test_mda_matches_brute_force() -> None:
+    g = np.random.default_rng(18)
+    for trial in range(120):
+        n = int(g.integers(3, 10))
+        f = int(g.integers(0, (n - 1) // 2 + 1))
+        x = g.standard_normal((n, int(g.integers(1, 4))))
+        if trial % 2:
+            x[:f] += g.standard_normal(x.shape[1]) * 20
+        np.testing.assert_allclose(MDA(f=f)(x, rng=rng()), brute_mda(x, f), rtol=1e-12, atol=1e-12)
+
+
+def test_mda_is_fast_where_enumeration_is_not() -> None:
+    # C(50, 10) ~ 1e10 subsets: ByzFL's enumeration never finishes; the vertex-cover search does.
+    x = stack(50, 20, seed=19, outliers=10)
+    out = MDA(f=10)(x, rng=rng())
+    np.testing.assert_allclose(out, x[10:].mean(axis=0), rtol=1e-12)
+
+
+def test_mda_with_tied_distances_has_minimum_diameter() -> None:
+    g = np.random.default_rng(20)
+    for _ in range(60):
+        n = int(g.integers(4, 9))
+        f = int(g.integers(1, (n - 1) // 2 + 1))
+        x = g.integers(0, 4, size=(n, 1)).astype(float)
+        out = MDA(f=f)(x, rng=rng())
+        d = ref_sq_dist(x)
+        best = min(d[np.ix_(s, s)].max() for s in itertools.combinations(range(n), n - f))
+        # The output is the mean of some subset of n - f inputs of diameter `best`.
+        found = any(
+            d[np.ix_(s, s)].max() == best and np.allclose(x[list(s)].mean(0), out)
+            for s in itertools.combinations(range(n), n - f)
+        )
+        assert found
+
+
+# --- parameter validation -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TrimmedMean(f=-1),
+        lambda: TrimmedMean(f=1.5),  # type: ignore[arg-type]
+        lambda: TrimmedMean(f=True),  # type: ignore[arg-type]
+        lambda: Krum(f=1, variant="other"),  # type: ignore[arg-type]
+        lambda: MultiKrum(f=1, q=0),
+        lambda: GeometricMedian(nu=0.0),
+        lambda: GeometricMedian(iterations=0),
+        lambda: GeometricMedian(init="median"),  # type: ignore[arg-type]
+        lambda: GeometricMedian(ftol=float("nan")),
+        lambda: CenteredClipping(tau=-1.0),
+        lambda: CenteredClipping(iterations=0),
+        lambda: MeaMed(f="2"),  # type: ignore[arg-type]
+        lambda: MDA(f=-3),
+    ],
+)
+def test_bad_parameters_raise_config_error(make: object) -> None:
+    with pytest.raises(ConfigError):
+        make()  # type: ignore[operator]
+
+
+def test_integer_like_parameters_are_normalised() -> None:
+    assert GeometricMedian(nu=1, iterations=np.int64(4)) == GeometricMedian(nu=1.0, iterations=4)
+    assert type(GeometricMedian(nu=1).nu) is float
+    assert type(TrimmedMean(f=np.int32(2)).f) is int
+
+
+@pytest.mark.parametrize(
+    "rule", [CoordinateWiseMedian(), TrimmedMean(f=1), MeaMed(f=1), Krum(f=1), MDA(f=1)], ids=lambda r: r.name
+)
+def test_unweighted_rules_refuse_weights(rule: object) -> None:
+    with pytest.raises(ConfigError, match="does not support weights"):
+        rule(stack(5, 3, seed=0), rng=rng(), weights=np.ones(5))  # type: ignore[operator]
