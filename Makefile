@@ -1,6 +1,6 @@
 # concilium — set-up, main job, tests. `make run` and `make test` each do all set-up on a fresh machine.
 #
-#   make run      the main job (for now: the ledger demo; the training simulator lands with issue 5)
+#   make run      the main job: a local multi-node simulation (scenarios/quickstart.toml) into results/
 #   make test     the test suite (what CI runs: .ci/run)
 #   make bench    the benchmarks (see benchmarks/README.md)
 #
@@ -18,13 +18,14 @@ STAMP := $(VENV)/.concilium-installed
 .PHONY: run test bench venv system-deps clean
 
 run: $(STAMP)
-	$(VENV)/bin/concilium ledger demo --out results/ledger-demo-$$(date +%Y%m%d-%H%M%S)
+	$(VENV)/bin/concilium sim run scenarios/quickstart.toml
 
 test: $(STAMP)
 	$(PY) -m pytest
 
 bench: $(STAMP)
 	$(PY) benchmarks/ledger_bench.py
+	$(PY) benchmarks/sim_overhead.py
 
 venv: $(STAMP)
 

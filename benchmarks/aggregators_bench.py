@@ -4,18 +4,18 @@ Workload (shared/notes/benchmarks.md, A1): n = 50 updates of d = 1,000,000 float
 is timed as the median of ``--repeat`` calls, ours and ByzFL's interleaved so both see the same machine noise,
 next to ``np.mean`` (the floor). The figure of merit is the ratio ours / ByzFL measured in this run.
 
-ByzFL is *not* a dependency of concilium. Install it into a separate environment and point this script at it::
+ByzFL is *not* a dependency of concilium. Install it into a separate, git-ignored environment and run the script
+with the project's environment, appending ByzFL's site-packages (its aggregators need only numpy, scipy and torch,
+which the project environment has)::
 
     python3.11 -m venv benchmarks/.venv-byzfl
-    benchmarks/.venv-byzfl/bin/pip install /opt/wheels/torch-2.13.0+cpu-*.whl numpy scipy   # CPU torch
     benchmarks/.venv-byzfl/bin/pip install --no-deps byzfl==0.0.11
-    benchmarks/.venv-byzfl/bin/python benchmarks/aggregators_bench.py
+    .venv/bin/python benchmarks/aggregators_bench.py --byzfl-site benchmarks/.venv-byzfl/lib/python3.11/site-packages
 
-(``pip install byzfl`` with dependencies resolves a CUDA torch and torchvision of several GB, and
-``import byzfl`` fails next to the CPU torch because its ``__init__`` imports torchvision; the script therefore
-loads ``byzfl.aggregators`` under a stub parent package and never runs ``byzfl/__init__.py``.) Without ByzFL the
-script still times our rules and prints "n/a" in the ByzFL columns. ``--byzfl-site DIR`` appends a
-site-packages directory that holds ``byzfl`` to ``sys.path`` (use it from the project's own environment).
+(``pip install byzfl`` with dependencies resolves a CUDA torch 2.14 and torchvision, several GB; and ``import byzfl``
+fails next to the CPU torch because its ``__init__`` imports torchvision. The script therefore loads
+``byzfl.aggregators`` under a stub parent package and never runs ``byzfl/__init__.py``.) Without ByzFL the script
+still times our rules and prints "n/a" in the ByzFL columns.
 
     python benchmarks/aggregators_bench.py [--n 50] [--d 1000000] [--f 10] [--repeat 5] [--no-memory]
                                            [--workers K] [--only SUBSTR,...] [--json out.json]
@@ -150,7 +150,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--byzfl-site", default=None, help="site-packages directory holding byzfl (appended to sys.path)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
-    ap.add_argument("--only", default=None, help="comma-separated substrings of rule labels to run")
+    ap.add_argument("--only", default=None, help="comma-separated prefixes of the rule labels to run")
     ap.add_argument("--json", default=None)
     ap.add_argument("--workers", type=int, default=None, help="threads of concilium's column-parallel kernels")
     args = ap.parse_args()
@@ -177,7 +177,7 @@ def main() -> int:
 
     rows = []
     for case in cases(bz, args.f):
-        if args.only and not any(s.strip() in case.label for s in args.only.split(",")):
+        if args.only and not any(case.label.startswith(s.strip()) for s in args.only.split(",")):
             continue
         x = data(case.n or args.n)
         ours_rule = parse_aggregator(case.spec)

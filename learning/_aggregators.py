@@ -25,7 +25,9 @@ Conventions shared by every rule
   OpenBLAS's ``dsyrk`` gives the same bits for any thread count, whereas ``dgemm``/``dgemv`` do not (measured:
   ``A @ B`` and ``c @ X`` change with ``OPENBLAS_NUM_THREADS``); ``tests/contracts/test_aggregators.py`` checks
   every rule with 1, 2 and 4 threads, and fails if the Gram is computed with ``gemm``. Small ``n x n`` products
-  are done with elementwise numpy, never with BLAS.
+  are done with elementwise numpy, never with BLAS. The memory-bound passes (sums, sorts, norms) are split over
+  up to ``learning._validate.WORKERS`` threads by *disjoint column ranges*, each output element computed by the
+  same operations whatever the split, so the bytes do not depend on that number either (also tested).
 * **Permutation invariance.** ``permutation_invariant = True`` means the rule is a symmetric function of its
   inputs. Rules that sum in input order (mean, geometric median, centered clipping) may differ in the last bits
   under a permutation; feed updates in a canonical order (sorted client ids) when digests are compared.
@@ -244,6 +246,10 @@ def _sq_norms(x: np.ndarray) -> np.ndarray:
     out = np.zeros(n, dtype=np.float64)
     for b in range(blocks):  # block partial sums added in a fixed order
         out += parts[b]
+    for i in np.flatnonzero(~np.isfinite(out)):
+        # float32 squares overflow above ~1.8e19 (or the row holds a NaN/Inf): redo the row in float64.
+        row = x[i].astype(np.float64)
+        out[i] = np.einsum("i,i->", row, row)
     return out
 
 
@@ -304,13 +310,17 @@ def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: 
         out[:] = 0.0
         return out
 
+    all_rows = rows.size == x.shape[0] and bool((rows == np.arange(rows.size)).all())
+
     def work(c0: int, c1: int) -> None:
         acc_buf = np.empty(min(c1 - c0, _SUM_BLOCK), dtype=np.float64)
         tmp_buf = np.empty_like(acc_buf)
         for j0 in range(c0, c1, _SUM_BLOCK):
             j1 = min(c1, j0 + _SUM_BLOCK)
             acc = acc_buf[: j1 - j0]
-            if coef is None:
+            if coef is None and all_rows:  # the same row-by-row order as the loop below, in one ufunc call
+                np.add.reduce(x[:, j0:j1], axis=0, dtype=np.float64, out=acc)
+            elif coef is None:
                 np.copyto(acc, x[rows[0], j0:j1])
                 for r in rows[1:]:
                     np.add(acc, x[r, j0:j1], out=acc)

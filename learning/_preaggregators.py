@@ -383,12 +383,24 @@ class Chain:
         self, updates: np.ndarray, /, *, rng: np.random.Generator, weights: np.ndarray | None = None
     ) -> np.ndarray:
         check_rng(rng)
-        x = validate_updates(updates)
+        fused = (
+            bool(self.pre)
+            and isinstance(self.pre[0], _RowScaling)
+            and isinstance(updates, np.ndarray)
+            and updates.dtype == np.float32
+        )
+        x = validate_updates(updates, check_finite=not fused)
         w = None if weights is None else validate_weights(weights, x.shape[0])
         if w is not None and not self.final.supports_weights:
             raise ConfigError(f"{type(self.final).__name__} does not support weights")
         scale: np.ndarray | None = None  # pending row scaling (see _RowScaling)
         sq_norms: np.ndarray | None = None
+        if fused:
+            # float32 input, first stage a row scaling: its row norms double as the finiteness check (a NaN/Inf
+            # makes a norm non-finite; _sq_norms redoes overflowing float32 rows in float64, which cannot overflow).
+            sq_norms = _sq_norms(x)
+            if not np.isfinite(sq_norms).all():
+                validate_updates(x)
         for stage in self.pre:
             if isinstance(stage, _RowScaling):
                 if sq_norms is None:

@@ -32,13 +32,11 @@ import numpy as np
 
 from learning._errors import ConfigError, InvalidUpdateError
 
-__all__ = [
+__all__ = [  # WORKERS and parallel_ranges are internal to learning/ (the kernels' thread knob and helper)
     "FLOAT64_ABS_MAX",
     "FLOAT_DTYPES",
-    "WORKERS",
     "check_rng",
     "nonfinite_rows",
-    "parallel_ranges",
     "validate_update",
     "validate_updates",
     "validate_weights",

@@ -211,11 +211,12 @@ class Reexecutor(Protocol):
 class ChainContext:
     """Everything fixed by the genesis that block validation needs: members' keys and the rules."""
 
-    def __init__(self, genesis: Genesis) -> None:
+    def __init__(self, genesis: Genesis, *, signature_memo: int = 0) -> None:
+        """``signature_memo``: successful verifications to remember (see :class:`PublicKeyCache`)."""
         self.genesis = genesis
         self.chain_id = genesis.chain_id
         self.genesis_hash = genesis.hash()
-        self.keys = PublicKeyCache()
+        self.keys = PublicKeyCache(memo_max=signature_memo)
         for m in genesis.members:
             self.keys.add(m.peer_id, m.public_key)
         self.members = frozenset(genesis.member_ids)

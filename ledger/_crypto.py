@@ -137,12 +137,19 @@ class PublicKeyCache:
 
     Only keys handed in by :meth:`add` are known: membership is decided by whoever fills the cache
     (the genesis), never by the peer id a message claims.
+
+    ``memo_max > 0`` remembers that many *successful* verifications, keyed by
+    ``(signer, signature, SHA-256(message))``: verification is a pure function, so a signature checked
+    once need not be checked again (a block's update signatures are seen by every validator and again
+    in the decided block). Failures are never remembered. Off by default.
     """
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_keys", "_memo", "_memo_max")
 
-    def __init__(self) -> None:
+    def __init__(self, *, memo_max: int = 0) -> None:
         self._keys: dict[str, Ed25519PublicKey] = {}
+        self._memo: dict[tuple[str, bytes, bytes], None] = {}
+        self._memo_max = memo_max
 
     def add(self, peer_id: str, public_key: bytes) -> None:
         self._keys[peer_id] = Ed25519PublicKey.from_public_bytes(public_key)
@@ -157,10 +164,19 @@ class PublicKeyCache:
             raise SignatureError(f"{what}: signer {signer!r:.60} is not a member")
         if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
             raise SignatureError(f"{what}: signature of {signer} is not {SIGNATURE_BYTES} bytes")
+        memo_key = None
+        if self._memo_max:
+            memo_key = (signer, signature, hashlib.sha256(message).digest())
+            if memo_key in self._memo:
+                return
         try:
             key.verify(signature, message)
         except InvalidSignature:
             raise SignatureError(f"{what}: invalid signature by {signer}") from None
+        if memo_key is not None:
+            if len(self._memo) >= self._memo_max:
+                self._memo.pop(next(iter(self._memo)))  # oldest first (insertion order)
+            self._memo[memo_key] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,9 +70,11 @@ class RoundPlan:
 class RoundRules:
     """The round rules of one chain (fixed by its genesis)."""
 
-    def __init__(self, genesis: Genesis) -> None:
+    def __init__(self, genesis: Genesis, *, ctx: ChainContext | None = None) -> None:
         self.genesis = genesis
-        self.ctx = ChainContext(genesis)
+        self.ctx = ctx if ctx is not None else ChainContext(genesis)
+        if self.ctx.genesis_hash != genesis.hash():
+            raise ValueError("ctx is for another genesis")
         self.members = genesis.member_ids
         self.committee_mode = genesis.protocol.mode == COMMITTEE_MODE
         self.cmfl = CmflParams.from_genesis(genesis) if self.committee_mode else None

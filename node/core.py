@@ -58,6 +58,7 @@ from consensus import (
 
 from ledger import (
     Block,
+    ChainContext,
     ChainState,
     Evidence,
     Genesis,
@@ -220,6 +221,9 @@ class NodeCore:
         Chain state to resume from (default: the genesis).
     replica_config:
         pBFT timeouts/bounds (default: from the genesis timeouts).
+    ctx:
+        A chain context to share (e.g. one with a signature memo shared by the nodes of a simulation,
+        so a signature is checked once per process); default: a private one.
     collect_ticks:
         Ticks after a round starts at which committee members score the updates they have and the
         primary proposes with the rows/updates it has (default: ``timeout_ticks_train``).
@@ -236,8 +240,9 @@ class NodeCore:
         state: ChainState | None = None,
         replica_config: ReplicaConfig | None = None,
         collect_ticks: int | None = None,
+        ctx: ChainContext | None = None,
     ) -> None:
-        self._rules = RoundRules(genesis)
+        self._rules = RoundRules(genesis, ctx=ctx)
         self._ctx = self._rules.ctx
         self._genesis = genesis
         self._key = key
@@ -588,8 +593,9 @@ class NodeCore:
             referenced.append(block.payload.state_digest)
         held = {d: self._blobs.get(d) for d in referenced if self._blobs.has(d)}
         self._out.append(Decided(block=block, model=model, blobs=MappingProxyType(held)))
-        if model is None:
-            self._want_blob(digest, ask=block.header.proposer)
+        if model is None and self._blob(digest) is None:
+            # the proposer pushes the model right behind the block: wait for it, ask only on the retry timer
+            self._want.setdefault(digest, self._now)
         self._round = _Round(self._rules.plan(self._state), self._now)
         self._begin_round()
 

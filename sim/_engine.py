@@ -28,6 +28,7 @@ import torch
 from consensus import ReplicaConfig
 from ledger import (
     Block,
+    ChainContext,
     Genesis,
     KeyPair,
     Member,
@@ -211,7 +212,9 @@ class Simulation:
                              + (scenario.compute.straggler_ms if self.index[pid] >= scenario.members - scenario.compute.stragglers else 0.0)))
             for pid in self.peers
         }
-        # --- nodes
+        # --- nodes: one chain context (and signature memo) for all of them, as one process verifies a
+        # signature once; every node still runs every check (a memo hit is a past successful check).
+        ctx = ChainContext(self.genesis, signature_memo=1 << 16)
         self.nodes = {
             pid: NodeCore(
                 genesis=self.genesis,
@@ -219,6 +222,7 @@ class Simulation:
                 initial_model=self.theta0,
                 behavior=_Adversary(self, pid),
                 replica_config=ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts),
+                ctx=ctx,
             )
             for pid in self.peers
         }

@@ -152,7 +152,7 @@ def run_scenario(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=scenario.rounds, desc=scenario.name, unit="round", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=scenario.rounds, desc=scenario.name, unit="round", file=sys.stderr)
 
     def on_round(m: RoundMetrics) -> None:
         if bar is not None:

@@ -292,3 +292,16 @@ def test_row_scalings_fused_into_the_mean_match_materialised_stages(spec: str) -
     np.testing.assert_allclose(chain(x, rng=rng()), Mean()(y, rng=rng()), rtol=2e-6, atol=1e-7)
     w = np.arange(1.0, 13.0)
     np.testing.assert_allclose(chain(x, rng=rng(), weights=w), Mean()(y, rng=rng(), weights=w), rtol=2e-6, atol=1e-7)
+
+
+def test_norm_based_rules_handle_float32_values_whose_squares_overflow() -> None:
+    x = np.ones((6, 50), dtype=np.float32)
+    x[0] = 1e30  # ‖x_0‖² = 5e61 overflows float32 but not float64
+    clipped = StaticClipping(c=1.0)(x, rng=rng())
+    assert np.linalg.norm(clipped[0].astype(np.float64)) == pytest.approx(1.0, rel=1e-6)
+    arc = ARC(f=1)(x, rng=rng())
+    np.testing.assert_allclose(np.linalg.norm(arc.astype(np.float64), axis=1), np.sqrt(50), rtol=1e-6)
+    from learning._aggregators import CenteredClipping
+
+    cc = CenteredClipping(tau=1.0, iterations=1)(x, rng=rng())
+    np.testing.assert_allclose(cc, np.full(50, (5 / np.sqrt(50) + 1 / np.sqrt(50)) / 6), rtol=1e-6)

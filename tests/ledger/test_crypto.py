@@ -89,3 +89,22 @@ def test_keys_are_deterministic_and_repr_hides_seed():
     assert KeyPair.derive("x").sign(b"m") == KeyPair.derive("x").sign(b"m")  # Ed25519 is deterministic
     assert KeyPair.derive("x").seed.hex() not in repr(KeyPair.derive("x"))
     assert peer_id_from_public_key(KeyPair.derive("x").public_key) == KeyPair.derive("x").peer_id
+
+
+def test_signature_memo_remembers_successes_only():
+    a = KeyPair.derive("memo")
+    cache = PublicKeyCache(memo_max=2)
+    cache.add(a.peer_id, a.public_key)
+    msgs = [b"m1", b"m2", b"m3"]
+    for m in msgs:
+        cache.verify(a.peer_id, a.sign(m), m, what="t")
+        cache.verify(a.peer_id, a.sign(m), m, what="t")  # a hit
+    assert len(cache._memo) == 2  # bounded
+    bad = a.sign(b"other")
+    for _ in range(2):  # a failure is never remembered as a success
+        with pytest.raises(SignatureError):
+            cache.verify(a.peer_id, bad, b"m1", what="t")
+    with pytest.raises(SignatureError):  # same signature and message, but another signer
+        b = KeyPair.derive("memo-b")
+        cache.add(b.peer_id, b.public_key)
+        cache.verify(b.peer_id, a.sign(b"m3"), b"m3", what="t")
