@@ -18,7 +18,7 @@ implementation, so a proposal the committee accepted always re-executes in the a
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ from learning._blobs import blob_to_vector, vector_to_blob
 from learning._errors import InvalidUpdateError, LearningError
 from learning._strategies import AggregateResult, ClientUpdate, FedAvg, Strategy, strategy_from_params
 
-__all__ = ["RoundRules", "RoundPlan", "round_rng"]
+__all__ = ["RoundPlan", "RoundRules", "evidence_key", "round_rng"]
 
 
 def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:
@@ -193,7 +193,3 @@ class RoundRules:
 def evidence_key(ev: Evidence) -> bytes:
     """Dedup key of an evidence item."""
     return sha256(encode(ev.to_value()))  # type: ignore[attr-defined]
-
-
-def updates_by_peer(updates: Mapping[str, tuple[UpdateCommitment, np.ndarray]]) -> list[tuple[UpdateCommitment, np.ndarray]]:
-    return [updates[p] for p in sorted(updates)]

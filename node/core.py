@@ -317,7 +317,7 @@ class NodeCore:
             data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
             for p in r.plan.committee:
                 if p == self._me:
-                    r.updates[p] = (c, np.frombuffer(blob_to_vector(blob), dtype=np.float32))
+                    r.updates[p] = (c, delta)  # a validator that also trains holds its own update
                 else:
                     self._out.append(Transmit(to=p, data=data, kind="update"))
         self._progress()
@@ -514,7 +514,6 @@ class NodeCore:
             censored = sorted(p for p in self._round.updates if p not in included)
             if censored:
                 return f"the proposal leaves out the valid update(s) of {', '.join(censored)}"
-        cached = self._validated.get(payload.model_digest)
         reason, model, blob = self._rules.check_payload(self._state, payload, self._model, self._blobs)
         if reason is not None:
             for u in payload.updates:
@@ -522,8 +521,7 @@ class NodeCore:
                     self._want_blob(u.digest, ask=proposal.header.proposer)
             return reason
         assert model is not None and blob is not None
-        if cached is None:
-            self._remember_validated(payload.model_digest, model, blob)
+        self._remember_validated(payload.model_digest, model, blob)
         return None
 
     def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes) -> None:
