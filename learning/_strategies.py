@@ -29,10 +29,18 @@ from learning._preaggregators import format_aggregator, parse_aggregator
 __all__ = [
     "STRATEGIES",
     "AggregateResult",
+    "ClientJob",
     "ClientUpdate",
+    "ClientUpload",
     "FedAvg",
     "FedRo",
+    "LocalOutcome",
+    "LocalTrain",
+    "PublicEval",
+    "RoundInfo",
     "Strategy",
+    "StrategyBase",
+    "check_order",
     "register_strategy",
     "strategy_from_params",
 ]
@@ -40,14 +48,47 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ClientUpdate:
-    """One client's update for a round: ``delta = θ_local − θ_global`` (float32, shape ``(d,)``)."""
+    """One client's upload, as the server sees it.
+
+    ``delta`` is the upload vector (float32, shape ``(strategy.upload_dim(d),)``): ``θ_local − θ_base`` for the
+    plain strategies, whatever :meth:`Strategy.local_update` produced otherwise (SCAFFOLD: ``[Δy ‖ Δc]``).
+    ``base_round`` is the round whose global model the client trained from; it is below the aggregating round
+    only for strategies with ``max_staleness > 0`` (semi-synchronous / asynchronous: Sself, FedAsync).
+    """
 
     peer: str
     delta: np.ndarray
     n_samples: int
+    base_round: int = -1
+    """-1 = fresh (trained from this round's model); the node fills in the real round."""
 
 
-@dataclass(frozen=True, slots=True)
+class PublicEval(Protocol):
+    """Scores a model vector on the public split the host holds (seed_002 §1.3): what Sself's entropy filter and
+    loss weighting need. Must be deterministic: every validator re-executes it and must get the same floats."""
+
+    def __call__(self, model: np.ndarray, /) -> tuple[float, float]:
+        """``(E_avg, F_pub)``: mean prediction entropy in nats (eq. 4) and mean cross-entropy loss."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundInfo:
+    """What the server side knows about a round beyond the updates (all deterministic from the chain)."""
+
+    fl_round: int
+    """The aggregating round (= block height, from 1)."""
+    members: tuple[str, ...]
+    """Every member of the federation, sorted (MIFA/MimiC tables, SCAFFOLD's 1/N)."""
+    sampled: tuple[str, ...]
+    """The clients asked to train this round (S̃_t), sorted."""
+    base_models: Mapping[int, np.ndarray] = field(default_factory=lambda: MappingProxyType({}))
+    """Global model each stale update was trained from, by ``base_round`` (only ``max_staleness`` > 0)."""
+    public: PublicEval | None = None
+    """The host's public-split evaluator (only for strategies with ``needs_public``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AggregateResult:
     """What a strategy decides: the new global model, a canonical record for the block, the new state."""
 
@@ -56,26 +97,117 @@ class AggregateResult:
     state: bytes | None = None
 
 
+# --- client side ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientJob:
+    """One local job as the client side of a strategy sees it."""
+
+    fl_round: int
+    model: np.ndarray
+    """The global model to start from (float32, ``(d,)``; read-only)."""
+    server_state: bytes | None
+    """The strategy state committed by the previous block (SCAFFOLD's ``c`` lives there), or None."""
+    client_state: bytes | None
+    """This client's own state from its previous job (client momentum, SCAFFOLD's ``c_i``); None the first time."""
+    lr: float
+    """The host's learning rate for this round (the scenario's schedule); a strategy may use its own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalOutcome:
+    """What one call of the host's local trainer returns (float32 numpy vectors)."""
+
+    delta: np.ndarray
+    """``z_K − θ`` (float32, ``(d,)``)."""
+    n_samples: int
+    steps: int
+    lr: float
+    loss: float
+    momentum_buffer: np.ndarray | None = None
+
+
+class LocalTrain(Protocol):
+    """The host's local trainer (K local steps or E epochs of the scenario's training config on this client's
+    data, seeded by the host): ``gradient_correction`` is added to every stochastic gradient (SCAFFOLD's
+    ``c − c_i``); ``momentum_buffer`` seeds the momentum state (client momentum persisting across rounds; the
+    scenario's momentum ρ applies); ``prox_mu`` overrides the FedProx μ (None = the host's config)."""
+
+    def __call__(
+        self,
+        model: np.ndarray,
+        *,
+        lr: float,
+        gradient_correction: np.ndarray | None = None,
+        momentum_buffer: np.ndarray | None = None,
+        prox_mu: float | None = None,
+    ) -> LocalOutcome: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientUpload:
+    """A client's result: the vector it signs and sends, its sample count, its new private state."""
+
+    vector: np.ndarray
+    n_samples: int
+    client_state: bytes | None = None
+
+
 class Strategy(Protocol):
-    """Server logic of one algorithm (coordinator mode)."""
+    """Server logic of one algorithm (coordinator mode), plus its client side.
+
+    Subclass :class:`StrategyBase` for the defaults (synchronous, plain deltas, no public data).
+    """
 
     name: ClassVar[str]
+    max_staleness: int
+    """Oldest ``fl_round − base_round`` the server accepts (0 = synchronous: late updates are dropped)."""
+    needs_public: bool
+    """True if :meth:`aggregate` needs ``info.public`` (the host must then provide a public split)."""
 
     def clients_per_round(self, members: int) -> int:
         """How many clients the coordinator samples per round out of ``members``."""
         ...
 
+    def upload_dim(self, d: int) -> int:
+        """Length of one upload vector for a model of ``d`` parameters."""
+        ...
+
+    def local_update(self, job: ClientJob, train: LocalTrain) -> ClientUpload:
+        """The client side: run ``train`` (once, usually) and build the upload."""
+        ...
+
     def aggregate(
         self,
-        fl_round: int,
+        info: RoundInfo,
         model: np.ndarray,
         updates: Sequence[ClientUpdate],
         *,
         state: bytes | None,
         rng: np.random.Generator,
     ) -> AggregateResult:
-        """The new global model from ``model`` and the round's ``updates`` (sorted by peer)."""
+        """The new global model from ``model`` and the round's ``updates`` (sorted by peer, then base round)."""
         ...
+
+
+class StrategyBase:
+    """Defaults for :class:`Strategy`: every member trains, plain deltas, synchronous, no public data."""
+
+    __slots__ = ()
+    max_staleness: ClassVar[int] = 0
+    needs_public: ClassVar[bool] = False
+
+    def clients_per_round(self, members: int) -> int:
+        clients = getattr(self, "clients", 0)
+        return members if clients == 0 else min(clients, members)
+
+    def upload_dim(self, d: int) -> int:
+        return d
+
+    def local_update(self, job: ClientJob, train: LocalTrain) -> ClientUpload:
+        out = train(job.model, lr=job.lr)
+        return ClientUpload(vector=out.delta, n_samples=out.n_samples)
 
 
 STRATEGIES: dict[str, Callable[[Mapping[str, Any]], Strategy]] = {}
@@ -116,10 +248,16 @@ def _take(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> dic
     return out
 
 
+def check_order(updates: Sequence[ClientUpdate]) -> None:
+    """Updates come sorted by ``(peer, base_round)`` and each pair once (the node's canonical order)."""
+    keys = [(u.peer, u.base_round) for u in updates]
+    if keys != sorted(keys) or len(set(keys)) != len(keys):
+        raise ValueError("updates must be sorted by (peer, base_round) and unique")
+
+
 def _stack(updates: Sequence[ClientUpdate], d: int) -> np.ndarray:
-    peers = [u.peer for u in updates]
-    if peers != sorted(peers) or len(set(peers)) != len(peers):
-        raise ValueError("updates must be sorted by peer and unique")
+    """The uploads as one ``(n, d)`` float32 stack, after checking order, uniqueness and shapes."""
+    check_order(updates)
     x = np.empty((len(updates), d), dtype=np.float32)
     for i, u in enumerate(updates):
         if u.delta.shape != (d,):
@@ -130,7 +268,7 @@ def _stack(updates: Sequence[ClientUpdate], d: int) -> np.ndarray:
 
 @register_strategy("fedavg")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FedAvg:
+class FedAvg(StrategyBase):
     """FedAvg (McMahan et al. 2017): ``θ_{t+1} = θ_t + η_s Σ_k (n_k / Σ_j n_j) Δ_k``.
 
     Parameters
@@ -155,12 +293,9 @@ class FedAvg:
     def from_params(cls, params: Mapping[str, Any]) -> FedAvg:
         return cls(**_take(params, {"clients": int, "server_lr": float}, "fedavg"))
 
-    def clients_per_round(self, members: int) -> int:
-        return members if self.clients == 0 else min(self.clients, members)
-
     def aggregate(
         self,
-        fl_round: int,
+        info: RoundInfo,
         model: np.ndarray,
         updates: Sequence[ClientUpdate],
         *,
@@ -182,7 +317,7 @@ class FedAvg:
 
 @register_strategy("fedro")
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FedRo:
+class FedRo(StrategyBase):
     """FedRo (seed_004 Algorithm 1): ``x_{t+1} = x_t + γ_s · A(u_t^{(i)}, i ∈ S_t)``.
 
     ``A`` is any aggregator chain (default NNM then coordinate-wise trimmed mean, the paper's choice),
@@ -221,7 +356,7 @@ class FedRo:
 
     def aggregate(
         self,
-        fl_round: int,
+        info: RoundInfo,
         model: np.ndarray,
         updates: Sequence[ClientUpdate],
         *,

@@ -112,7 +112,7 @@ class RoundRules:
         """The round's new model from the included updates (sorted by peer here)."""
         ups = [ClientUpdate(c.peer, v, c.n_samples) for c, v in sorted(updates, key=lambda cu: cu[0].peer)]
         return self.strategy.aggregate(
-            state.height + 1, model, ups, state=algo_state, rng=round_rng(state.head_hash, state.height + 1)
+            self.round_info(state, plan=None), model, ups, state=algo_state, rng=round_rng(state.head_hash, state.height + 1)
         )
 
     def coordinator_record(self, plan: RoundPlan, result: AggregateResult) -> dict[str, Any]:
