@@ -327,9 +327,14 @@ def apply_block(
     _check(hd.payload_hash == digests.payload_hash, h, "payload hash mismatch")
     _check(hd.updates_root == merkle_root(digests.update_leaves), h, "Merkle root of update commitments mismatch")
     check_certificate(ctx, state.committee, hd, block.certificate, header_hash=digests.header_hash)
+    seen_updates: set[tuple[str, int]] = set()
     for u in pl.updates:
         _check(u.peer in ctx.members, h, f"update from non-member {u.peer!r:.60}")
-        _check(u.fl_round == hd.fl_round, h, f"update of {u.peer} is for round {u.fl_round}")
+        # an update is stamped with the round whose model it started from: the current one, or an earlier one
+        # for semi-synchronous algorithms (how old is allowed is the round rules' call, checked on re-execution)
+        _check(1 <= u.fl_round <= hd.fl_round, h, f"update of {u.peer} is for round {u.fl_round}")
+        _check((u.peer, u.fl_round) not in seen_updates, h, f"two updates of {u.peer} for round {u.fl_round}")
+        seen_updates.add((u.peer, u.fl_round))
         ctx.keys.verify(
             u.peer,
             u.signature,

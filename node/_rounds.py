@@ -18,9 +18,11 @@ implementation, so a proposal the committee accepted always re-executes in the a
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from types import MappingProxyType
 
 import numpy as np
 
@@ -43,9 +45,17 @@ from ledger import (
 )
 from learning._blobs import blob_to_vector, vector_to_blob
 from learning._errors import InvalidUpdateError, LearningError
-from learning._strategies import AggregateResult, ClientUpdate, FedAvg, Strategy, strategy_from_params
+from learning._strategies import (
+    AggregateResult,
+    ClientUpdate,
+    FedAvg,
+    PublicEval,
+    RoundInfo,
+    Strategy,
+    strategy_from_params,
+)
 
-__all__ = ["RoundPlan", "RoundRules", "evidence_key", "round_rng"]
+__all__ = ["RoundHistory", "RoundPlan", "RoundRules", "evidence_key", "round_rng"]
 
 
 def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:
@@ -67,10 +77,49 @@ class RoundPlan:
     """Committee mode: members that train a reference update for scoring (= ``committee``); else empty."""
 
 
+@dataclass(slots=True)
+class RoundHistory:
+    """The recent rounds a semi-synchronous strategy needs (``max_staleness`` > 0): who was asked to train at
+    each recent height, the global model each of those rounds started from, and which ``(peer, round)``
+    updates were already included. Kept by every node and by the auditor, block by block; pruned to the
+    staleness window. Synchronous strategies keep nothing."""
+
+    window: int
+    plans: dict[int, RoundPlan] = field(default_factory=dict)
+    models: dict[int, np.ndarray] = field(default_factory=dict)
+    """height τ → the global model before round τ (what trainers of τ started from)."""
+    included: dict[int, set[str]] = field(default_factory=dict)
+    """height τ → peers whose round-τ update some block already included."""
+
+    def record(self, plan: RoundPlan, model_before: np.ndarray | None, payload: Payload) -> None:
+        """Round ``plan.height`` committed ``payload``; ``model_before`` is the model it started from."""
+        if self.window <= 0:
+            return
+        h = plan.height
+        self.plans[h] = plan
+        if model_before is not None:
+            self.models[h] = model_before
+        for u in payload.updates:
+            self.included.setdefault(u.fl_round, set()).add(u.peer)
+        floor = h - self.window + 1  # the next round (h + 1) accepts rounds >= h + 1 - window
+        for d in (self.plans, self.models, self.included):
+            for k in [k for k in d if k < floor]:
+                del d[k]
+
+    def busy(self, height: int) -> frozenset[str]:
+        """Trainers of the window before ``height`` whose update is not in yet (still computing: seed_002 §1.2
+        samples S_{t+1} disjoint from them)."""
+        out: set[str] = set()
+        for tau, plan in self.plans.items():
+            if height - self.window <= tau < height:
+                out.update(p for p in plan.trainers if p not in self.included.get(tau, ()))
+        return frozenset(out)
+
+
 class RoundRules:
     """The round rules of one chain (fixed by its genesis)."""
 
-    def __init__(self, genesis: Genesis, *, ctx: ChainContext | None = None) -> None:
+    def __init__(self, genesis: Genesis, *, ctx: ChainContext | None = None, public: PublicEval | None = None) -> None:
         self.genesis = genesis
         self.ctx = ctx if ctx is not None else ChainContext(genesis)
         if self.ctx.genesis_hash != genesis.hash():
@@ -81,18 +130,34 @@ class RoundRules:
         self.strategy: Strategy = FedAvg() if self.committee_mode else strategy_from_params(
             genesis.protocol.algorithm, genesis.protocol.params
         )
+        self.public = public
+        self.staleness = 0 if self.committee_mode else int(self.strategy.max_staleness)
+        if self.strategy.needs_public and public is None and not self.committee_mode:
+            raise LearningError(
+                f"strategy {genesis.protocol.algorithm!r} scores models on a public split; this host has none"
+            )
+
+    def new_history(self) -> RoundHistory:
+        return RoundHistory(self.staleness)
+
+    def upload_dim(self, d: int) -> int:
+        return d if self.committee_mode else int(self.strategy.upload_dim(d))
 
     # --- roles -------------------------------------------------------------------------------
 
-    def plan(self, state: ChainState) -> RoundPlan:
+    def plan(self, state: ChainState, history: RoundHistory | None = None) -> RoundPlan:
         h = state.height + 1
         committee = tuple(sorted(state.committee))
         if self.committee_mode:
             assert self.cmfl is not None
             trainers = sample_training_clients(self.members, committee, state.head_hash, h, self.cmfl.training_size)
             return RoundPlan(h, committee, trainers, committee)
-        k = self.strategy.clients_per_round(len(self.members))
-        trainers = sample_training_clients(self.members, (), state.head_hash, h, k)
+        pool = self.members
+        if self.staleness > 0 and history is not None:
+            busy = history.busy(h)
+            pool = tuple(m for m in self.members if m not in busy) or self.members
+        k = self.strategy.clients_per_round(len(pool))
+        trainers = sample_training_clients(pool, (), state.head_hash, h, k)
         return RoundPlan(h, committee, trainers, ())
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:
@@ -104,16 +169,35 @@ class RoundRules:
     def aggregate(
         self,
         state: ChainState,
+        plan: RoundPlan,
         model: np.ndarray,
         updates: Sequence[tuple[UpdateCommitment, np.ndarray]],
         *,
         algo_state: bytes | None = None,
+        history: RoundHistory | None = None,
     ) -> AggregateResult:
-        """The round's new model from the included updates (sorted by peer here)."""
-        ups = [ClientUpdate(c.peer, v, c.n_samples) for c, v in sorted(updates, key=lambda cu: cu[0].peer)]
-        return self.strategy.aggregate(
-            self.round_info(state, plan=None), model, ups, state=algo_state, rng=round_rng(state.head_hash, state.height + 1)
+        """The round's new model from the included updates (sorted by ``(peer, round)`` here)."""
+        h = plan.height
+        ups = [
+            ClientUpdate(c.peer, v, c.n_samples, c.fl_round)
+            for c, v in sorted(updates, key=lambda cu: (cu[0].peer, cu[0].fl_round))
+        ]
+        base: dict[int, np.ndarray] = {}
+        for u in ups:
+            if u.base_round == h:
+                base[h] = model
+            elif history is not None and u.base_round in history.models:
+                base[u.base_round] = history.models[u.base_round]
+            else:
+                raise ValueError(f"no base model of round {u.base_round} for the stale update of {u.peer}")
+        info = RoundInfo(
+            fl_round=h,
+            members=self.members,
+            sampled=plan.trainers,
+            base_models=MappingProxyType(base),
+            public=self.public,
         )
+        return self.strategy.aggregate(info, model, ups, state=algo_state, rng=round_rng(state.head_hash, h))
 
     def coordinator_record(self, plan: RoundPlan, result: AggregateResult) -> dict[str, Any]:
         return {"algorithm": self.genesis.protocol.algorithm, "clients": list(plan.trainers), **dict(result.record)}
@@ -128,19 +212,34 @@ class RoundRules:
         blobs: BlobSource,
         *,
         algo_state: bytes | None = None,
-    ) -> tuple[str | None, np.ndarray | None, bytes | None]:
-        """Re-execute a round: ``(None, new_model, model_blob)`` if ``payload`` is right, else ``(reason, None, None)``.
+        history: RoundHistory | None = None,
+        held: Mapping[tuple[str, int], tuple[bytes, np.ndarray]] | None = None,
+    ) -> tuple[str | None, np.ndarray | None, bytes | None, bytes | None]:
+        """Re-execute a round: ``(None, new_model, model_blob, new_algo_state)`` if ``payload`` is right, else
+        ``(reason, None, None, None)``.
 
-        ``model`` is the global model before the round (its digest is ``state.model_digest``).
+        ``model`` is the global model before the round (its digest is ``state.model_digest``); ``history``
+        the recent rounds (semi-synchronous strategies); ``held`` maps ``(peer, round)`` to ``(digest, vector)``
+        for updates the caller already decoded and checked, so they are not decoded again.
         """
-        plan = self.plan(state)
+        plan = self.plan(state, history)
         h = plan.height
         ctx = self.ctx
+        keys = [(u.peer, u.fl_round) for u in payload.updates]
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            return "updates are not sorted by (peer, round) or repeat one", None, None, None
         for u in payload.updates:
-            if u.peer not in plan.trainers:
-                return f"update of {u.peer} who is not a trainer of height {h}", None, None
-            if u.fl_round != h:
-                return f"update of {u.peer} is for round {u.fl_round}", None, None
+            if u.fl_round == h:
+                if u.peer not in plan.trainers:
+                    return f"update of {u.peer} who is not a trainer of height {h}", None, None, None
+            else:
+                if not h - self.staleness <= u.fl_round < h:
+                    return f"update of {u.peer} is for round {u.fl_round}, outside the staleness window", None, None, None
+                past = history.plans.get(u.fl_round) if history is not None else None
+                if past is None or u.peer not in past.trainers:
+                    return f"stale update of {u.peer} for round {u.fl_round}: not a trainer of that round", None, None, None
+                if u.peer in history.included.get(u.fl_round, ()):  # type: ignore[union-attr]
+                    return f"stale update of {u.peer} for round {u.fl_round} was already included", None, None, None
             try:
                 ctx.keys.verify(
                     u.peer,
@@ -149,45 +248,50 @@ class RoundRules:
                     what="update commitment",
                 )
             except LedgerError as e:
-                return str(e), None, None
+                return str(e), None, None, None
         for ev in payload.evidence:
             try:
                 check_evidence(ctx, h, ev)
             except LedgerError as e:
-                return f"evidence: {e}", None, None
+                return f"evidence: {e}", None, None, None
         if self.committee_mode:
             assert self.cmfl is not None
             reason = check_cmfl_payload(
                 ctx, payload, height=h, committee=plan.committee, training=plan.trainers, params=self.cmfl
             )
             if reason is not None:
-                return reason, None, None
+                return reason, None, None, None
         else:
             expected_next = self.next_committee_coordinator(state)
             if payload.next_committee != expected_next:
-                return "next committee differs from the sampling rule", None, None
+                return "next committee differs from the sampling rule", None, None, None
         vectors = []
+        dim = self.upload_dim(model.shape[0])
         for u in payload.updates:
+            have = None if held is None else held.get((u.peer, u.fl_round))
+            if have is not None and have[0] == u.digest and have[1].shape == (dim,):
+                vectors.append((u, have[1]))
+                continue
             try:
                 blob = blobs.get(u.digest)
-                vectors.append((u, blob_to_vector(blob, dim=model.shape[0], what=f"update of {u.peer}")))
+                vectors.append((u, blob_to_vector(blob, dim=dim, what=f"update of {u.peer}")))
             except (LedgerError, InvalidUpdateError) as e:
-                return f"missing or invalid update blob of {u.peer}: {e}", None, None
+                return f"missing or invalid update blob of {u.peer}: {e}", None, None, None
         try:
-            result = self.aggregate(state, model, vectors, algo_state=algo_state)
+            result = self.aggregate(state, plan, model, vectors, algo_state=algo_state, history=history)
         except (LearningError, ValueError) as e:
-            return f"aggregation failed: {e}", None, None
+            return f"aggregation failed: {e}", None, None, None
         if not self.committee_mode:
             plan_record = self.coordinator_record(plan, result)
             if encode(payload.record) != encode(plan_record):
-                return "the round record differs from re-execution", None, None
+                return "the round record differs from re-execution", None, None, None
         model_blob = vector_to_blob(result.model)
         if sha256(model_blob) != payload.model_digest:
-            return "the new model digest differs from re-execution of the aggregation", None, None
+            return "the new model digest differs from re-execution of the aggregation", None, None, None
         state_digest = None if result.state is None else sha256(result.state)
         if state_digest != payload.state_digest:
-            return "the algorithm state digest differs from re-execution", None, None
-        return None, result.model, model_blob
+            return "the algorithm state digest differs from re-execution", None, None, None
+        return None, result.model, model_blob, result.state
 
 
 def evidence_key(ev: Evidence) -> bytes:

@@ -78,6 +78,7 @@ from ledger.store import MemoryBlobStore
 from learning._blobs import blob_to_vector, vector_to_blob
 from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
+from learning._strategies import PublicEval
 from node._rounds import RoundPlan, RoundRules, evidence_key
 from node._wire import BLOBS_PER_MESSAGE_MAX, ENVELOPE_BYTES_MAX, Envelope, UpdatePacket
 
@@ -112,6 +113,9 @@ class TrainJob:
     fl_round: int
     model: np.ndarray
     purpose: str
+    server_state: bytes | None = None
+    """The algorithm state the previous block committed (coordinator mode; the strategy's client side may
+    need it, e.g. SCAFFOLD's control variate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +201,8 @@ class _Round:
     trained: bool = False
     reference: np.ndarray | None = None
     reference_digest: bytes = b""
-    updates: dict[str, tuple[UpdateCommitment, np.ndarray]] = field(default_factory=dict)
+    updates: dict[tuple[str, int], tuple[UpdateCommitment, np.ndarray]] = field(default_factory=dict)
+    """Held updates by ``(peer, round)``: this round's, and stale ones within the strategy's window."""
     rows: dict[str, SignedMessage] = field(default_factory=dict)
     row_sent: bool = False
     proposal_request: tuple[int, int] | None = None
@@ -227,6 +232,8 @@ class NodeCore:
     collect_ticks:
         Ticks after a round starts at which committee members score the updates they have and the
         primary proposes with the rows/updates it has (default: ``timeout_ticks_train``).
+    public:
+        The host's public-split evaluator, for strategies that score models on one (Sself).
     """
 
     def __init__(
@@ -241,8 +248,9 @@ class NodeCore:
         replica_config: ReplicaConfig | None = None,
         collect_ticks: int | None = None,
         ctx: ChainContext | None = None,
+        public: PublicEval | None = None,
     ) -> None:
-        self._rules = RoundRules(genesis, ctx=ctx)
+        self._rules = RoundRules(genesis, ctx=ctx, public=public)
         self._ctx = self._rules.ctx
         self._genesis = genesis
         self._key = key
@@ -256,22 +264,33 @@ class NodeCore:
             raise ValueError("initial_model does not match the chain state's model digest")
         self._blobs.put(model_blob)
         self._dim = model.shape[0]
+        self._upload_dim = self._rules.upload_dim(self._dim)
         self._model: np.ndarray | None = model
+        self._history = self._rules.new_history()
         self._timeouts = genesis.protocol.timeouts
         self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
         self._now = 0
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
-        self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes]] = OrderedDict()
+        self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes, bytes | None]] = OrderedDict()
         self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
         self._decided: OrderedDict[int, Block] = OrderedDict()
         self._pending_decided: Block | None = None  # committed, model blob not here yet
         self._out: list[NodeEffect] = []
+        self._algo_state: bytes | None = None
+        """The strategy state the last block committed (coordinator mode), once its blob is here."""
+        self._algo_state_missing = False
+        self._proposed_state: bytes | None = None
+        if self._state.state_digest is not None:
+            self._algo_state = self._blob(self._state.state_digest)
+            self._algo_state_missing = self._algo_state is None
+            if self._algo_state_missing:
+                self._want[self._state.state_digest] = 0
         self._replica = Replica(
             ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config
         )
-        self._round = _Round(self._rules.plan(self._state), 0)
+        self._round = _Round(self._rules.plan(self._state, self._history), 0)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -303,25 +322,37 @@ class NodeCore:
 
     def on_training_done(self, job: TrainJob, result: TrainResult) -> list[NodeEffect]:
         r = self._round
-        if job.fl_round != r.plan.height:
+        h = r.plan.height
+        if job.fl_round != h and not (
+            job.purpose == PURPOSE_UPDATE and self._stale_ok(self._me, job.fl_round, h)
+        ):
             return self._flush()  # stale: the chain moved on while we trained
+        dim = self._upload_dim if job.purpose == PURPOSE_UPDATE else self._dim
         delta = np.ascontiguousarray(result.delta, dtype=np.float32)
-        if delta.shape != (self._dim,) or not np.isfinite(delta).all():
-            raise ValueError(f"local training produced a bad delta (shape {delta.shape}, finite={np.isfinite(delta).all()})")
+        if delta.shape != (dim,) or not np.isfinite(delta).all():
+            raise ValueError(f"local training produced a bad upload (shape {delta.shape}, want ({dim},), "
+                             f"finite={np.isfinite(delta).all()})")
         blob = vector_to_blob(delta)
         digest = self._blobs.put(blob)
         if job.purpose == PURPOSE_REFERENCE:
             r.reference, r.reference_digest = delta, digest
         else:
-            c = sign_update(self._key, self._ctx.chain_id, r.plan.height, digest, int(result.n_samples))
+            c = sign_update(self._key, self._ctx.chain_id, job.fl_round, digest, int(result.n_samples))
             data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
             for p in r.plan.committee:
                 if p == self._me:
-                    r.updates[p] = (c, delta)  # a validator that also trains holds its own update
+                    r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
                 else:
                     self._out.append(Transmit(to=p, data=data, kind="update"))
         self._progress()
         return self._flush()
+
+    def _stale_ok(self, peer: str, fl_round: int, height: int) -> bool:
+        """May ``peer``'s update of the earlier round ``fl_round`` still go into height ``height``?"""
+        if not height - self._rules.staleness <= fl_round < height:
+            return False
+        past = self._history.plans.get(fl_round)
+        return past is not None and peer in past.trainers and peer not in self._history.included.get(fl_round, ())
 
     def on_message(self, sender: str, data: bytes) -> list[NodeEffect]:
         """Bytes from ``sender`` (the transport-authenticated peer id). Never raises on bad input."""
@@ -377,7 +408,7 @@ class NodeCore:
 
     def _begin_round(self) -> None:
         r = self._round
-        if r.trained or self._model is None:
+        if r.trained or self._model is None or self._algo_state_missing:
             return
         plan = r.plan
         purpose = None
@@ -387,7 +418,8 @@ class NodeCore:
             purpose = PURPOSE_REFERENCE
         if purpose is not None:
             r.trained = True
-            self._out.append(Train(job=TrainJob(fl_round=plan.height, model=self._model, purpose=purpose)))
+            job = TrainJob(fl_round=plan.height, model=self._model, purpose=purpose, server_state=self._algo_state)
+            self._out.append(Train(job=job))
 
     def _progress(self) -> None:
         self._maybe_score()
@@ -400,12 +432,13 @@ class NodeCore:
         r = self._round
         if not self._rules.committee_mode or r.row_sent or r.reference is None or self._me not in r.plan.committee:
             return
+        h = r.plan.height
         if len(r.updates) < len(r.plan.trainers) and not self._collect_due():
             return
-        peers = sorted(r.updates)
+        peers = sorted(p for p, _ in r.updates)
         distances: dict[str, float] = {}
         if peers:
-            stack = np.stack([r.updates[p][1] for p in peers])
+            stack = np.stack([r.updates[(p, h)][1] for p in peers])
             row = distance_row(r.reference, stack)
             distances = {p: float(d) for p, d in zip(peers, row)}
         distances = self._behavior.distances(distances)
@@ -414,7 +447,7 @@ class NodeCore:
             self._ctx.chain_id,
             r.plan.height,
             distances=distances,
-            updates={p: r.updates[p][0] for p in distances if p in r.updates},
+            updates={p: r.updates[(p, h)][0] for p in distances if (p, h) in r.updates},
             reference=r.reference_digest,
         )
         r.rows[self._me] = signed
@@ -429,6 +462,8 @@ class NodeCore:
         req = r.proposal_request
         if req is None or req[0] != r.plan.height or req[1] in r.proposed_views or self._model is None:
             return
+        if self._algo_state_missing:
+            return
         view = req[1]
         ready_early = view > 0 or self._collect_due()
         if self._rules.committee_mode:
@@ -439,14 +474,15 @@ class NodeCore:
                 return
             built = self._build_committee_payload()
         else:
-            if len(r.updates) < len(r.plan.trainers) and not ready_early:
+            fresh = sum(1 for _, rnd in r.updates if rnd == r.plan.height)
+            if fresh < len(r.plan.trainers) and not ready_early:
                 return
             built = self._build_coordinator_payload()
         if built is None:
             return
         payload, model, model_blob = self._behavior.proposal(*built)
         self._blobs.put(model_blob)
-        self._remember_validated(payload.model_digest, model, model_blob)
+        self._remember_validated(payload.model_digest, model, model_blob, self._proposed_state)
         r.proposed_views.add(view)
         time_ms = max(self._state.time_ms, self._genesis.genesis_time_ms + self._now * self._timeouts.tick_ms)
         self._apply_replica(self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms))
@@ -463,15 +499,16 @@ class NodeCore:
         included = []
         for k in decision.accepted:
             c = next(row.updates[k] for row in parsed if k in row.updates)
-            held = r.updates.get(k)
+            held = r.updates.get((k, r.plan.height))
             if held is None or held[0].digest != c.digest:
                 self._want_blob(c.digest)
                 return None  # fetch the accepted update first
             included.append((c, held[1]))
         for a, b in decision.equivocations:
             self._add_evidence(update_equivocation_evidence(a, b))
-        result = self._rules.aggregate(self._state, self._model, included)
+        result = self._rules.aggregate(self._state, r.plan, self._model, included)
         blob = vector_to_blob(result.model)
+        self._proposed_state = None
         payload = Payload(
             updates=tuple(c for c, _ in sorted(included, key=lambda cu: cu[0].peer)),
             model_digest=sha256(blob),
@@ -485,10 +522,13 @@ class NodeCore:
     def _build_coordinator_payload(self) -> tuple[Payload, np.ndarray, bytes]:
         r = self._round
         assert self._model is not None
-        included = [r.updates[p] for p in sorted(r.updates)]
-        result = self._rules.aggregate(self._state, self._model, included)
+        included = [r.updates[k] for k in sorted(r.updates)]
+        result = self._rules.aggregate(
+            self._state, r.plan, self._model, included, algo_state=self._algo_state, history=self._history
+        )
         blob = vector_to_blob(result.model)
         state_digest = None
+        self._proposed_state = result.state
         if result.state is not None:
             state_digest = self._blobs.put(result.state)
         payload = Payload(
@@ -510,22 +550,29 @@ class NodeCore:
         if self._model is None:
             return "this validator does not have the previous model yet"
         if not self._rules.committee_mode:
-            included = {u.peer for u in payload.updates}
-            censored = sorted(p for p in self._round.updates if p not in included)
+            included = {(u.peer, u.fl_round) for u in payload.updates}
+            censored = sorted(f"{p}@{t}" if t != self._round.plan.height else p
+                              for p, t in self._round.updates if (p, t) not in included)
             if censored:
                 return f"the proposal leaves out the valid update(s) of {', '.join(censored)}"
-        reason, model, blob = self._rules.check_payload(self._state, payload, self._model, self._blobs)
+        held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
+        reason, model, blob, new_state = self._rules.check_payload(
+            self._state, payload, self._model, self._blobs,
+            algo_state=self._algo_state, history=self._history, held=held,
+        )
         if reason is not None:
             for u in payload.updates:
                 if not self._blobs.has(u.digest):
                     self._want_blob(u.digest, ask=proposal.header.proposer)
             return reason
         assert model is not None and blob is not None
-        self._remember_validated(payload.model_digest, model, blob)
+        self._remember_validated(payload.model_digest, model, blob, new_state)
         return None
 
-    def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes) -> None:
-        self._validated[digest] = (model, blob)
+    def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes, state: bytes | None) -> None:
+        if state is not None:
+            self._blobs.put(state)
+        self._validated[digest] = (model, blob, state)
         while len(self._validated) > 8:
             self._validated.popitem(last=False)
 
@@ -569,8 +616,13 @@ class NodeCore:
             self._decided.popitem(last=False)
         for ev in block.payload.evidence:
             self._evidence.pop(evidence_key(ev), None)
+        old_round = self._round
+        self._history.record(old_round.plan, self._model, block.payload)
         self._state = self._replica.chain_state
         digest = block.payload.model_digest
+        sd = block.payload.state_digest
+        self._algo_state = None if sd is None else self._blob(sd)
+        self._algo_state_missing = sd is not None and self._algo_state is None
         model = None
         cached = self._validated.get(digest)
         if cached is not None:
@@ -582,7 +634,6 @@ class NodeCore:
                     model = np.array(blob_to_vector(blob, dim=self._dim, what="model"))
                 except InvalidUpdateError:
                     model = None
-        old_round = self._round
         self._model = model
         if block.header.proposer == self._me:
             self._push_decided(block, old_round.plan.committee)
@@ -594,7 +645,14 @@ class NodeCore:
         if model is None and self._blob(digest) is None:
             # the proposer pushes the model right behind the block: wait for it, ask only on the retry timer
             self._want.setdefault(digest, self._now)
-        self._round = _Round(self._rules.plan(self._state), self._now)
+        if self._algo_state_missing:
+            assert sd is not None
+            self._want.setdefault(sd, self._now)
+        self._round = _Round(self._rules.plan(self._state, self._history), self._now)
+        h = self._round.plan.height
+        for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
+            if t < h and self._stale_ok(p, t, h):
+                self._round.updates[(p, t)] = held_update
         self._begin_round()
 
     def _push_decided(self, block: Block, committee: Sequence[str]) -> None:
@@ -602,7 +660,12 @@ class NodeCore:
         cached = self._validated.get(block.payload.model_digest)
         model_blob = cached[1] if cached is not None else self._blob(block.payload.model_digest)
         block_data = self._pbft_bytes(decided_message(block))
-        model_data = None if model_blob is None else Envelope(blobs=(model_blob,)).encode()  # type: ignore[attr-defined]
+        pushed = [] if model_blob is None else [model_blob]
+        sd = block.payload.state_digest
+        state_blob = None if sd is None else self._blob(sd)
+        if state_blob is not None:
+            pushed.append(state_blob)
+        model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None  # type: ignore[attr-defined]
         inside = set(committee)
         for p in self._genesis.member_ids:
             if p == self._me or p in inside:
@@ -621,10 +684,11 @@ class NodeCore:
         if c.peer != sender:
             self._dropped["relayed update"] += 1
             return
-        if c.fl_round != r.plan.height:
+        h = r.plan.height
+        if c.fl_round != h and not self._stale_ok(sender, c.fl_round, h):
             self._dropped["update for another round"] += 1
             return
-        if sender not in r.plan.trainers or self._me not in r.plan.committee:
+        if (c.fl_round == h and sender not in r.plan.trainers) or self._me not in r.plan.committee:
             self._dropped["update from a non-trainer or to a non-validator"] += 1
             return
         self._ctx.keys.verify(
@@ -636,15 +700,15 @@ class NodeCore:
         if sha256(packet.blob) != c.digest:
             self._dropped["update blob does not match its digest"] += 1
             return
-        vec = blob_to_vector(packet.blob, dim=self._dim, what=f"update of {sender}")
-        held = r.updates.get(sender)
+        vec = blob_to_vector(packet.blob, dim=self._upload_dim, what=f"update of {sender}")
+        held = r.updates.get((sender, c.fl_round))
         if held is not None:
             if held[0].signed_body() != c.signed_body():
                 self._add_evidence(update_equivocation_evidence(held[0], c))
             self._dropped["duplicate update"] += 1
             return
         self._blobs.put(packet.blob)
-        r.updates[sender] = (c, vec)
+        r.updates[(sender, c.fl_round)] = (c, vec)
 
     def _on_scores(self, sender: str, signed: SignedMessage) -> None:
         r = self._round
@@ -687,6 +751,12 @@ class NodeCore:
                 self._unsolicited[d] = blob
                 while len(self._unsolicited) > UNSOLICITED_BLOBS_MAX:
                     self._unsolicited.popitem(last=False)
+        sd = self._state.state_digest
+        if self._algo_state_missing and sd is not None:
+            self._algo_state = self._blob(sd)
+            self._algo_state_missing = self._algo_state is None
+            if not self._algo_state_missing:
+                self._begin_round()
         if self._model is None:
             blob = self._blob(self._state.model_digest)
             if blob is not None:

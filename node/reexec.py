@@ -16,6 +16,7 @@ from __future__ import annotations
 from ledger import BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
 from learning._blobs import blob_to_vector
 from learning._errors import InvalidUpdateError, LearningError
+from learning._strategies import PublicEval
 from node._rounds import RoundRules
 
 __all__ = ["RoundReexecutor", "reexecutor_for"]
@@ -24,8 +25,10 @@ __all__ = ["RoundReexecutor", "reexecutor_for"]
 class RoundReexecutor:
     """``ledger.Reexecutor`` for chains produced by concilium nodes."""
 
-    def __init__(self, genesis: Genesis) -> None:
-        self.rules = RoundRules(genesis)
+    def __init__(self, genesis: Genesis, *, public: PublicEval | None = None) -> None:
+        self.rules = RoundRules(genesis, public=public)
+        self.history = self.rules.new_history()
+        """Recent rounds for semi-synchronous strategies: blocks must come in height order from 1."""
 
     def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None:
         h = block.height
@@ -34,14 +37,19 @@ class RoundReexecutor:
             algo_state = blobs.get(before.state_digest) if before.state_digest is not None else None
         except (LedgerError, InvalidUpdateError) as e:
             raise ReexecutionError(f"height {h}: cannot re-execute: {e}") from None
-        reason, _, _ = self.rules.check_payload(before, block.payload, model, blobs, algo_state=algo_state)
+        plan = self.rules.plan(before, self.history)
+        reason, _, _, _ = self.rules.check_payload(
+            before, block.payload, model, blobs, algo_state=algo_state, history=self.history
+        )
         if reason is not None:
             raise ReexecutionError(f"height {h}: re-execution disagrees: {reason}")
+        self.history.record(plan, model, block.payload)
 
 
-def reexecutor_for(genesis: Genesis) -> RoundReexecutor | None:
-    """A re-executor for ``genesis``, or None if its algorithm is not one this concilium knows."""
+def reexecutor_for(genesis: Genesis, *, public: PublicEval | None = None) -> RoundReexecutor | None:
+    """A re-executor for ``genesis``, or None if its algorithm is not one this concilium knows (or it needs a
+    public split this host does not have)."""
     try:
-        return RoundReexecutor(genesis)
+        return RoundReexecutor(genesis, public=public)
     except (LearningError, ValueError):
         return None

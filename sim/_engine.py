@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from consensus import ReplicaConfig
+from consensus import KIND_COMMIT, KIND_PREPARE, ReplicaConfig, parse_score_row, sign_score_row
+from consensus._messages import vote_message
 from ledger import (
     Block,
     ChainContext,
@@ -39,15 +40,20 @@ from ledger import (
     genesis_committee,
     primary,
     sha256,
+    sign_update,
 )
 from ledger.store import create_ledger
 from learning._attacks import parse_data_attack, parse_update_attack
+from learning._availability import DROPPED, AvailabilityContext, parse_availability
 from learning._blobs import vector_to_blob
-from learning._data import Dataset, dataset_spec
+from learning._data import Dataset, dataset_spec, with_public
 from learning._models import model_spec
 from learning._partition import partition_dataset, partition_spec
-from learning._training import LocalTrainer, LocalTrainingConfig
-from node.core import Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from learning._schedules import SCHEDULES, schedule_spec
+from learning._strategies import ClientJob, LocalOutcome, Strategy, strategy_from_params
+from learning._training import LocalTrainer, LocalTrainingConfig, train_local
+from node._wire import ENVELOPE_BYTES_MAX, Envelope, UpdatePacket
+from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._rng import RngTree
 from sim._scenario import FaultConfig, Scenario
 
@@ -148,6 +154,9 @@ class Simulation:
         torch.set_num_threads(1)
         # --- data, model, trainer
         splits = dataset_spec(scenario.data.dataset, dict(scenario.data.params)).load()
+        if scenario.data.public_size:
+            splits = with_public(splits, seed=self._rng.child("public").seed64() % 2**32, size=scenario.data.public_size)
+        self.public_data = splits.public
         self.test = splits.test
         pparams = {"num_clients": scenario.members, **dict(scenario.data.partition_params)}
         part = partition_dataset(
@@ -158,9 +167,23 @@ class Simulation:
         tr = scenario.training
         self.trainer = LocalTrainer(
             spec,
-            LocalTrainingConfig(steps=tr.steps, batch_size=tr.batch_size, momentum=tr.momentum, weight_decay=tr.weight_decay),
+            LocalTrainingConfig(
+                steps=None if tr.epochs else tr.steps,
+                epochs=tr.epochs or None,
+                batch_size=tr.batch_size,
+                momentum=tr.momentum,
+                weight_decay=tr.weight_decay,
+                prox_mu=tr.prox_mu,
+                sampling=tr.sampling,  # type: ignore[arg-type]
+            ),
             device=tr.device,
         )
+        sched_params = dict(tr.schedule_params)
+        fields_ = getattr(SCHEDULES.get(tr.schedule), "__dataclass_fields__", {})
+        for lr_key in ("lr", "lr0"):  # the schedule's base rate is training.lr unless given
+            if lr_key in fields_:
+                sched_params.setdefault(lr_key, tr.lr)
+        self.schedule = schedule_spec(tr.schedule, sched_params)
         theta0 = self.trainer.initial_parameters(seed=self._rng.child("model-init").seed64() % 2**31)
         self.theta0 = theta0.detach().cpu().numpy().astype(np.float32)
         # --- identities and genesis
@@ -204,6 +227,32 @@ class Simulation:
                 x, y = da.transform(d.x, d.y, rng=self._rng.child("data-attack", i).numpy())
                 self.client_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
+        # --- the strategy's client side (coordinator mode), availability, public split
+        self.strategy: Strategy | None = None
+        if p.mode != "committee":
+            self.strategy = strategy_from_params(p.algorithm, dict(p.params))
+        self.public_eval = None
+        if self.strategy is not None and self.strategy.needs_public:
+            if self.public_data is None:
+                raise ValueError(f"strategy {p.algorithm!r} scores models on a public split: set data.public_size > 0")
+            from learning._public import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
+
+            self.public_eval = PublicScorer.for_trainer(self.trainer, self.public_data)
+        self.availability = None
+        if scenario.adversary.availability:
+            actx = AvailabilityContext(
+                members=scenario.members,
+                sizes=tuple(len(d) for d in self.client_data),
+                labels=tuple(tuple(int(c) for c in np.unique(d.labels)) for d in self.client_data),
+                rounds=scenario.rounds,
+            )
+            self.availability = parse_availability(scenario.adversary.availability, actx)
+        self._availability_rounds: dict[int, dict[int, int]] = {}
+        self.availability_log: dict[int, tuple[int, int]] = {}
+        """fl_round → (clients dropped, clients delayed) by the availability model."""
+        self._client_state: dict[str, bytes | None] = {}
+        self._busy_until: dict[str, int] = {}
+        self._round_us = int(1000 * (scenario.compute.round_ms or p.timeout_ticks_train * p.tick_ms))
         # --- compute profiles
         crng = self._rng.child("compute").numpy()
         speeds = 1.0 + scenario.compute.speed_spread * crng.random(scenario.members)
@@ -223,11 +272,13 @@ class Simulation:
                 behavior=_Adversary(self, pid),
                 replica_config=ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts),
                 ctx=ctx,
+                public=self.public_eval,
             )
             for pid in self.peers
         }
         # --- network and bookkeeping
         self._net_rng = self._rng.child("network").python()
+        self._setup_links()
         self._queue: list[tuple[int, int, str, Any]] = []
         self._seq = 0
         self._now_us = 0
@@ -236,6 +287,9 @@ class Simulation:
         self.messages_by_kind: dict[str, int] = {}
         self.dropped = 0
         self.corruptions = 0
+        self.equivocations = 0
+        self.busy_skipped = 0
+        self._last_upload: dict[str, np.ndarray] = {}
         self.evidence_seen: set[bytes] = set()
         self._round_honest: dict[int, list[np.ndarray]] = {}
         self._decided: dict[int, Decided] = {}
@@ -298,23 +352,93 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._queue, (at_us, self._seq, kind, data))
 
+    def _setup_links(self) -> None:
+        net, n = self.sc.network, self.sc.members
+        lrng = self._rng.child("links").numpy()
+        self._latency_ms = net.latency_ms * (1.0 + net.latency_spread * lrng.random((n, n)))
+        self._uplink_mbps = net.bandwidth_mbps / (1.0 + net.bandwidth_spread * lrng.random(n))
+        self._link_bw: dict[tuple[int, int], float] = {}
+        self._link_drop: dict[tuple[int, int], float] = {}
+        for link in net.links:
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                if max(a, b) >= n:
+                    raise ValueError(f"network link {link.a}-{link.b}: no such member ({n} members)")
+                if link.latency_ms >= 0:
+                    self._latency_ms[a, b] = link.latency_ms
+                if link.bandwidth_mbps > 0:
+                    self._link_bw[(a, b)] = link.bandwidth_mbps
+                if link.drop >= 0:
+                    self._link_drop[(a, b)] = link.drop
+        self._partitions = []
+        for part in net.partitions:
+            group = np.full(n, len(part.groups), dtype=np.int64)
+            for g, members in enumerate(part.groups):
+                for i in members:
+                    if i >= n:
+                        raise ValueError(f"network partition names member {i} ({n} members)")
+                    group[i] = g
+            self._partitions.append((part.from_round, part.heal_round, group))
+        self.partitioned = 0
+
+    def _cut(self, a: int, b: int) -> bool:
+        h = self._height()
+        for start, heal, group in self._partitions:
+            if h >= start and (heal == 0 or h < heal) and group[a] != group[b]:
+                return True
+        return False
+
     def _send(self, frm: str, fx: Transmit) -> None:
         self.bytes_by_kind[fx.kind] = self.bytes_by_kind.get(fx.kind, 0) + len(fx.data)
         self.messages_by_kind[fx.kind] = self.messages_by_kind.get(fx.kind, 0) + 1
         if self._faulty(frm, "drop") or self._faulty(fx.to, "drop"):
             self.dropped += 1
             return
+        a, b = self.index[frm], self.index[fx.to]
+        if self._partitions and self._cut(a, b):
+            self.partitioned += 1
+            return
+        data = fx.data
+        if self._faults and self._faulty(frm, "equivocate") and b % 2 == 1:
+            data = self._equivocate(frm, data)
         net = self.sc.network
         r = self._net_rng
-        if net.drop and r.random() < net.drop:
+        drop = self._link_drop.get((a, b), net.drop) if self._link_drop else net.drop
+        if drop and r.random() < drop:
             self.dropped += 1
             return
         copies = 2 if net.duplicate and r.random() < net.duplicate else 1
+        bw = self._link_bw.get((a, b), self._uplink_mbps[a]) if self._link_bw else self._uplink_mbps[a]
         for _ in range(copies):
-            ms = net.latency_ms + net.jitter_ms * r.random() + len(fx.data) * 8 / (net.bandwidth_mbps * 1000.0)
+            ms = self._latency_ms[a, b] + net.jitter_ms * r.random() + len(data) * 8 / (bw * 1000.0)
             if net.reorder and r.random() < net.reorder:
                 ms += net.reorder_ms
-            self._push(self._now_us + int(ms * 1000) + self._delay_us(frm), "deliver", (frm, fx.to, fx.data))
+            self._push(self._now_us + int(ms * 1000) + self._delay_us(frm), "deliver", (frm, fx.to, data))
+
+    def _equivocate(self, frm: str, data: bytes) -> bytes:
+        """An equivocating peer tells odd-indexed peers something else, signed: another block hash in its
+        PREPARE/COMMIT votes, other distances in its score row, another update for the same round."""
+        env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+        key, chain = self.keys[frm], self.genesis.chain_id
+        if env.pbft is not None and env.pbft.signed is not None and env.pbft.signed.kind in (KIND_PREPARE, KIND_COMMIT):
+            sm = env.pbft.signed
+            other = sha256(b"equivocation" + bytes(sm.body["block_hash"]))
+            self.equivocations += 1
+            return Envelope(pbft=vote_message(key, chain, sm.kind, sm.height, sm.view, other)).encode()  # type: ignore[attr-defined]
+        if env.scores is not None:
+            row = parse_score_row(env.scores)
+            signed = sign_score_row(
+                key, chain, row.height, distances={k: 2.0 * d + 1.0 for k, d in row.distances.items()},
+                updates=row.updates, reference=row.reference,
+            )
+            self.equivocations += 1
+            return Envelope(scores=signed).encode()  # type: ignore[attr-defined]
+        if env.update is not None:
+            c = env.update.commitment
+            blob = vector_to_blob(-np.asarray(self._last_upload.get(frm, self.theta0), dtype=np.float32))
+            c2 = sign_update(key, chain, c.fl_round, sha256(blob), c.n_samples)
+            self.equivocations += 1
+            return Envelope(update=UpdatePacket(commitment=c2, blob=blob)).encode()  # type: ignore[attr-defined]
+        return data
 
     def _apply(self, peer: str, effects: list[Any]) -> None:
         for fx in effects:
@@ -329,15 +453,94 @@ class Simulation:
 
     # --- training ----------------------------------------------------------------------------------
 
-    def _start_training(self, peer: str, job: TrainJob) -> None:
+    def _availability_outcome(self, peer: str, job: TrainJob) -> int:
+        """0 (on time), a delay in rounds, or DROPPED, from the scenario's availability model."""
+        if self.availability is None or job.purpose != PURPOSE_UPDATE:
+            return 0
+        out = self._availability_rounds.get(job.fl_round)
+        if out is None:
+            sampled = sorted(self.index[t] for t in self.nodes[peer].status().trainers)
+            rng = self._rng.child("availability", job.fl_round).numpy()
+            out = {int(k): int(v) for k, v in self.availability.outcome(job.fl_round, sampled, rng=rng).items()}
+            self._availability_rounds[job.fl_round] = out
+            self._availability_rounds.pop(job.fl_round - 8, None)
+            self.availability_log[job.fl_round] = (
+                sum(1 for v in out.values() if v == DROPPED), sum(1 for v in out.values() if v > 0)
+            )
+        return out.get(self.index[peer], 0)
+
+    def _local_train(self, peer: str, job: TrainJob) -> Any:
+        """The host's ``LocalTrain`` for one job: real PyTorch training on the peer's data, seeded per job."""
         i = self.index[peer]
         data = self.client_data[i]
-        gen = self._rng.child("train", i, job.fl_round, job.purpose).torch()
-        res = self.trainer.train(torch.from_numpy(np.array(job.model)), data, lr=self.sc.training.lr, generator=gen)
-        delta = res.delta.detach().cpu().numpy().astype(np.float32)
+
+        def train(
+            model: np.ndarray,
+            *,
+            lr: float,
+            gradient_correction: np.ndarray | None = None,
+            momentum_buffer: np.ndarray | None = None,
+            prox_mu: float | None = None,
+        ) -> LocalOutcome:
+            gen = self._rng.child("train", i, job.fl_round, job.purpose).torch()
+            cfg = self.trainer.config
+            if prox_mu is not None and prox_mu != cfg.prox_mu:
+                from dataclasses import replace  # noqa: PLC0415
+
+                cfg = replace(cfg, prox_mu=float(prox_mu))
+            dev = self.trainer.device
+            res = train_local(
+                self.trainer.flat,
+                torch.from_numpy(np.array(model, dtype=np.float32)).to(dev),
+                data,
+                cfg,
+                lr=lr,
+                generator=gen,
+                momentum_buffer=None if momentum_buffer is None else torch.from_numpy(np.array(momentum_buffer)).to(dev),
+                gradient_correction=None if gradient_correction is None else torch.from_numpy(np.array(gradient_correction, dtype=np.float32)).to(dev),
+            )
+            mb = res.momentum_buffer
+            return LocalOutcome(
+                delta=res.delta.detach().cpu().numpy().astype(np.float32),
+                n_samples=int(res.num_samples),
+                steps=int(res.steps),
+                lr=float(res.lr),
+                loss=float(res.loss_mean),
+                momentum_buffer=None if mb is None else mb.detach().cpu().numpy().astype(np.float32),
+            )
+
+        return train
+
+    def _start_training(self, peer: str, job: TrainJob) -> None:
+        if self._busy_until.get(peer, -1) > self._now_us:
+            self.busy_skipped += 1
+            return  # still computing an earlier job: the device ignores the request (seed_002 §1.2)
+        outcome = self._availability_outcome(peer, job)
+        if outcome == DROPPED:
+            return
+        lr = float(self.schedule(job.fl_round - 1))
+        train = self._local_train(peer, job)
+        if self.strategy is not None and job.purpose == PURPOSE_UPDATE:
+            up = self.strategy.local_update(
+                ClientJob(
+                    fl_round=job.fl_round,
+                    model=job.model,
+                    server_state=job.server_state,
+                    client_state=self._client_state.get(peer),
+                    lr=lr,
+                ),
+                train,
+            )
+            self._client_state[peer] = up.client_state
+            delta, n = np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples)
+        else:
+            out = train(job.model, lr=lr)
+            delta, n = out.delta, out.n_samples
         if peer not in self.byzantine:
             self._round_honest.setdefault(job.fl_round, []).append(delta)
-        self._push(self._now_us + self.train_us[peer], "trained", (peer, job, delta, int(res.num_samples)))
+        done = self._now_us + self.train_us[peer] + outcome * self._round_us
+        self._busy_until[peer] = done
+        self._push(done, "trained", (peer, job, delta, n))
 
     def _finish_training(self, peer: str, job: TrainJob, delta: np.ndarray, n: int) -> None:
         if peer in self.byzantine and self.update_attack is not None:
@@ -350,6 +553,7 @@ class Simulation:
                 delta = np.asarray(self.update_attack(honest, rng=rng, global_model=job.model), dtype=np.float32)  # type: ignore[call-arg]
             else:
                 delta = np.asarray(self.update_attack(honest, rng=rng), dtype=np.float32)
+        self._last_upload[peer] = delta
         self._apply(peer, self.nodes[peer].on_training_done(job, TrainResult(delta, n)))
 
     # --- observing commits -------------------------------------------------------------------------
@@ -415,7 +619,8 @@ class Simulation:
             messages=sum(self.messages_by_kind.values()),
         )
         self.metrics.append(m)
-        self._round_honest.pop(h, None)
+        for k in [k for k in self._round_honest if k <= h]:
+            del self._round_honest[k]
         if self._on_round is not None:
             self._on_round(m)
 

@@ -60,8 +60,10 @@ __all__ = [
     "ComputeConfig",
     "DataSection",
     "FaultConfig",
+    "LinkConfig",
     "ModelSection",
     "NetworkConfig",
+    "PartitionConfig",
     "ProtocolSection",
     "Scenario",
     "TrainingSection",
@@ -69,7 +71,7 @@ __all__ = [
     "load_scenario",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
 
 
 def _empty() -> Mapping[str, Any]:
@@ -109,9 +111,13 @@ class DataSection:
     partition: str = "iid"
     partition_params: Mapping[str, Any] = field(default_factory=_empty)
     test_fraction: float = 0.2
+    public_size: int = 0
+    """Class-balanced public samples taken out of the training pool before partitioning (seed_002 §1.3);
+    0 = none. Strategies that score models on a public split (Sself) need it."""
 
     def __post_init__(self) -> None:
         _check(0.0 < self.test_fraction < 1.0, "test_fraction must be in (0, 1)")
+        _check(self.public_size >= 0, "public_size must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,33 +128,89 @@ class ModelSection:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainingSection:
+    """Local training of every client. ``epochs`` > 0 trains E passes over the local data instead of
+    ``steps`` SGD steps; ``schedule`` names a learning-rate schedule of ``learning`` (``lr`` is its ``lr0``)
+    evaluated at ``fl_round − 1``; ``prox_mu`` is the FedProx μ (a strategy may override it)."""
+
     steps: int = 10
+    epochs: int = 0
     batch_size: int = 32
     lr: float = 0.05
+    schedule: str = "constant"
+    schedule_params: Mapping[str, Any] = field(default_factory=_empty)
     momentum: float = 0.0
     weight_decay: float = 0.0
+    prox_mu: float = 0.0
+    sampling: str = "with_replacement"
     device: str = "cpu"
 
     def __post_init__(self) -> None:
         _check(self.steps >= 1, "steps must be >= 1")
+        _check(self.epochs >= 0, "epochs must be >= 0")
         _check(self.batch_size >= 1, "batch_size must be >= 1")
         _check(self.lr > 0, "lr must be > 0")
+        _check(self.prox_mu >= 0, "prox_mu must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkConfig:
+    """Overrides for the links between members ``a`` and ``b`` (both directions): any of latency, bandwidth,
+    drop probability (-1 = keep the network default)."""
+
+    a: int
+    b: int
+    latency_ms: float = -1.0
+    bandwidth_mbps: float = -1.0
+    drop: float = -1.0
+
+    def __post_init__(self) -> None:
+        _check(self.a >= 0 and self.b >= 0 and self.a != self.b, "a link joins two different members a, b >= 0")
+        _check(self.latency_ms == -1.0 or self.latency_ms >= 0, "link latency_ms must be >= 0")
+        _check(self.bandwidth_mbps == -1.0 or self.bandwidth_mbps > 0, "link bandwidth_mbps must be > 0")
+        _check(self.drop == -1.0 or 0.0 <= self.drop <= 1.0, "link drop must be in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionConfig:
+    """A network partition from round ``from_round`` until it heals at ``heal_round`` (0 = never): messages
+    between members of different ``groups`` are lost; members in no group form one more group."""
+
+    groups: tuple[tuple[int, ...], ...]
+    from_round: int = 1
+    heal_round: int = 0
+
+    def __post_init__(self) -> None:
+        _check(len(self.groups) >= 1, "a partition needs at least one group")
+        flat = [i for g in self.groups for i in g]
+        _check(all(i >= 0 for i in flat) and len(set(flat)) == len(flat), "partition groups are disjoint member indices")
+        _check(self.from_round >= 1, "from_round must be >= 1")
+        _check(self.heal_round == 0 or self.heal_round > self.from_round, "heal_round must be after from_round")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NetworkConfig:
-    """Per-link latency (ms) with uniform jitter, bandwidth, and seeded faults on every message."""
+    """Latency (ms) with uniform jitter, bandwidth, and seeded faults on every message, per link.
+
+    Each ordered link's base latency is ``latency_ms × (1 + latency_spread × u)`` and each member's uplink
+    bandwidth ``bandwidth_mbps / (1 + bandwidth_spread × u)``, ``u ~ U[0, 1)`` drawn once from the seed;
+    ``links`` override single links; ``partitions`` cut the network for a span of rounds.
+    """
 
     latency_ms: float = 20.0
     jitter_ms: float = 5.0
+    latency_spread: float = 0.0
     bandwidth_mbps: float = 100.0
+    bandwidth_spread: float = 0.0
     drop: float = 0.0
     duplicate: float = 0.0
     reorder: float = 0.0
     """Probability that a message is held back by an extra ``reorder_ms`` (overtaken by later ones)."""
     reorder_ms: float = 50.0
+    links: tuple[LinkConfig, ...] = ()
+    partitions: tuple[PartitionConfig, ...] = ()
 
     def __post_init__(self) -> None:
+        _check(self.latency_spread >= 0 and self.bandwidth_spread >= 0, "spreads must be >= 0")
         for name in ("drop", "duplicate", "reorder"):
             v = getattr(self, name)
             _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
@@ -161,23 +223,30 @@ class ComputeConfig:
     """Virtual duration of one local training job: ``train_ms × speed``, plus straggler delays.
 
     ``speed`` per member is drawn once from ``U[1, 1 + speed_spread]``; ``stragglers`` members (the last
-    ones by index) add ``straggler_ms`` to every job.
+    ones by index) add ``straggler_ms`` to every job. An availability model's delay of ``d`` rounds adds
+    ``d × round_ms`` (default: the training deadline, ``timeout_ticks_train × tick_ms``).
     """
 
     train_ms: float = 300.0
     speed_spread: float = 0.5
     stragglers: int = 0
     straggler_ms: float = 0.0
+    round_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.train_ms >= 0 and self.speed_spread >= 0 and self.straggler_ms >= 0, "durations must be >= 0")
+        _check(self.round_ms >= 0, "round_ms must be >= 0")
         _check(self.stragglers >= 0, "stragglers must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FaultConfig:
     """A protocol fault: ``target`` = ``"coordinator"`` (the primary of each round from ``from_round``),
-    ``"committee"`` (one member of the genesis committee), or ``"member:I"``."""
+    ``"committee"`` (one member of the genesis committee), or ``"member:I"``.
+
+    Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
+    coordinator proposes a wrong aggregate, a committee member signs false scores, and it votes for
+    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers)."""
 
     target: str
     kind: str
@@ -203,6 +272,9 @@ class AdversaryConfig:
     data_attack: str = ""
     """Data attack spec (``learning.parse_data_attack``), applied to each Byzantine client's data."""
     faults: tuple[FaultConfig, ...] = ()
+    availability: str = ""
+    """Availability model spec (``learning.parse_availability``), e.g. ``"eps_adversarial(eps=0.5)"``,
+    ``"bounded(tau_max=20)"``, ``"stragglers(max_delay=2)"``; empty = every sampled client responds."""
 
     def __post_init__(self) -> None:
         _check(self.byzantine >= 0, "byzantine must be >= 0")
