@@ -551,10 +551,13 @@ class NodeCore:
             return "this validator does not have the previous model yet"
         if not self._rules.committee_mode:
             included = {(u.peer, u.fl_round) for u in payload.updates}
-            censored = sorted(f"{p}@{t}" if t != self._round.plan.height else p
-                              for p, t in self._round.updates if (p, t) not in included)
-            if censored:
-                return f"the proposal leaves out the valid update(s) of {', '.join(censored)}"
+            left_out = sorted(k for k in self._round.updates if k not in included)
+            if left_out:
+                # The proposer may simply not have them (lost messages, a healed partition): relay them, so
+                # its next proposal can include them; a censoring proposer is refused either way.
+                self._relay_updates(proposal.header.proposer, left_out)
+                names = [p if t == self._round.plan.height else f"{p}@{t}" for p, t in left_out]
+                return f"the proposal leaves out the valid update(s) of {', '.join(names)}"
         held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
         reason, model, blob, new_state = self._rules.check_payload(
             self._state, payload, self._model, self._blobs,
@@ -568,6 +571,17 @@ class NodeCore:
         assert model is not None and blob is not None
         self._remember_validated(payload.model_digest, model, blob, new_state)
         return None
+
+    def _relay_updates(self, to: str, keys: Sequence[tuple[str, int]]) -> None:
+        if to == self._me:
+            return
+        for k in keys:
+            c, vec = self._round.updates[k]
+            blob = self._blob(c.digest)
+            if blob is None:
+                blob = vector_to_blob(vec)
+            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
+            self._out.append(Transmit(to=to, data=data, kind="update"))
 
     def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes, state: bytes | None) -> None:
         if state is not None:
@@ -681,14 +695,15 @@ class NodeCore:
     def _on_update(self, sender: str, packet: UpdatePacket) -> None:
         r = self._round
         c = packet.commitment
-        if c.peer != sender:
+        peer = c.peer  # the trainer's signature authenticates it; a fellow validator may relay it
+        if peer != sender and (sender not in r.plan.committee or peer == self._me):
             self._dropped["relayed update"] += 1
             return
         h = r.plan.height
-        if c.fl_round != h and not self._stale_ok(sender, c.fl_round, h):
+        if c.fl_round != h and not self._stale_ok(peer, c.fl_round, h):
             self._dropped["update for another round"] += 1
             return
-        if (c.fl_round == h and sender not in r.plan.trainers) or self._me not in r.plan.committee:
+        if (c.fl_round == h and peer not in r.plan.trainers) or self._me not in r.plan.committee:
             self._dropped["update from a non-trainer or to a non-validator"] += 1
             return
         self._ctx.keys.verify(
@@ -700,15 +715,15 @@ class NodeCore:
         if sha256(packet.blob) != c.digest:
             self._dropped["update blob does not match its digest"] += 1
             return
-        vec = blob_to_vector(packet.blob, dim=self._upload_dim, what=f"update of {sender}")
-        held = r.updates.get((sender, c.fl_round))
+        vec = blob_to_vector(packet.blob, dim=self._upload_dim, what=f"update of {peer}")
+        held = r.updates.get((peer, c.fl_round))
         if held is not None:
             if held[0].signed_body() != c.signed_body():
                 self._add_evidence(update_equivocation_evidence(held[0], c))
             self._dropped["duplicate update"] += 1
             return
         self._blobs.put(packet.blob)
-        r.updates[(sender, c.fl_round)] = (c, vec)
+        r.updates[(peer, c.fl_round)] = (c, vec)
 
     def _on_scores(self, sender: str, signed: SignedMessage) -> None:
         r = self._round

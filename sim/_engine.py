@@ -377,13 +377,20 @@ class Simulation:
                     if i >= n:
                         raise ValueError(f"network partition names member {i} ({n} members)")
                     group[i] = g
-            self._partitions.append((part.from_round, part.heal_round, group))
+            self._partitions.append([part, group, None])  # None: not started yet (then: start time µs)
         self.partitioned = 0
 
     def _cut(self, a: int, b: int) -> bool:
         h = self._height()
-        for start, heal, group in self._partitions:
-            if h >= start and (heal == 0 or h < heal) and group[a] != group[b]:
+        for entry in self._partitions:
+            part, group, since = entry
+            if h < part.from_round or (part.heal_round and h >= part.heal_round):
+                continue
+            if since is None:
+                entry[2] = since = self._now_us
+            if part.duration_ms and self._now_us >= since + part.duration_ms * 1000:
+                continue
+            if group[a] != group[b]:
                 return True
         return False
 

@@ -172,12 +172,15 @@ class LinkConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionConfig:
-    """A network partition from round ``from_round`` until it heals at ``heal_round`` (0 = never): messages
-    between members of different ``groups`` are lost; members in no group form one more group."""
+    """A network partition from round ``from_round`` until it heals: at round ``heal_round`` or after
+    ``duration_ms`` of virtual time, whichever comes first (0 = not that way; both 0 = never). Messages
+    between members of different ``groups`` are lost; members in no group form one more group. A partition
+    that leaves no side with a quorum stops the chain: heal it by ``duration_ms``."""
 
     groups: tuple[tuple[int, ...], ...]
     from_round: int = 1
     heal_round: int = 0
+    duration_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _check(len(self.groups) >= 1, "a partition needs at least one group")
@@ -185,6 +188,7 @@ class PartitionConfig:
         _check(all(i >= 0 for i in flat) and len(set(flat)) == len(flat), "partition groups are disjoint member indices")
         _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.heal_round == 0 or self.heal_round > self.from_round, "heal_round must be after from_round")
+        _check(self.duration_ms >= 0, "duration_ms must be >= 0")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
