@@ -22,7 +22,7 @@ minibatches are ``index_select`` on tensors already in memory (no DataLoader).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from typing import Literal
 
 import torch
@@ -396,13 +396,17 @@ class LocalTrainer:
         momentum_buffer: torch.Tensor | None = None,
         gradient_correction: torch.Tensor | None = None,
         cursor: int = 0,
+        prox_mu: float | None = None,
     ) -> LocalResult:
-        """:func:`train_local` with this trainer's model and config."""
+        """:func:`train_local` with this trainer's model and config (``prox_mu`` overrides the config's μ)."""
+        config = self.config
+        if prox_mu is not None and prox_mu != config.prox_mu:
+            config = replace(config, prox_mu=float(prox_mu))
         return train_local(
             self.flat,
             global_params,
             data,
-            self.config,
+            config,
             lr=lr,
             generator=generator,
             momentum_buffer=momentum_buffer,

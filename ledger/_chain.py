@@ -10,6 +10,7 @@ ledger importing it.
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -211,9 +212,16 @@ class Reexecutor(Protocol):
 class ChainContext:
     """Everything fixed by the genesis that block validation needs: members' keys and the rules."""
 
-    def __init__(self, genesis: Genesis, *, signature_memo: int = 0) -> None:
-        """``signature_memo``: successful verifications to remember (see :class:`PublicKeyCache`)."""
+    def __init__(self, genesis: Genesis, *, signature_memo: int = 0, block_memo: int = 0) -> None:
+        """``signature_memo``: successful verifications to remember (see :class:`PublicKeyCache`);
+        ``block_memo``: structural :func:`apply_block` results to remember, keyed by the previous state and
+        the block *object* (identical decoded objects are shared by a decode memo, e.g. in a simulation
+        where many nodes verify one decided block); a hit returns the state a past successful check gave."""
         self.genesis = genesis
+        self.block_memo: OrderedDict[tuple[ChainState, int], tuple[Block, ChainState]] | None = (
+            OrderedDict() if block_memo > 0 else None
+        )
+        self.block_memo_max = block_memo
         self.chain_id = genesis.chain_id
         self.genesis_hash = genesis.hash()
         self.keys = PublicKeyCache(memo_max=signature_memo)
@@ -313,6 +321,28 @@ def apply_block(
     Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
     :func:`decode_block`) saves recomputing the hashes of a block just decoded.
     """
+    memo = ctx.block_memo if blobs is None and reexecutor is None else None
+    if memo is not None:
+        hit = memo.get((state, id(block)))
+        if hit is not None and hit[0] is block:
+            return hit[1]
+    new_state = _apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+    if memo is not None:
+        memo[(state, id(block))] = (block, new_state)  # the entry keeps ``block`` alive: its id stays unique
+        while len(memo) > ctx.block_memo_max:
+            memo.popitem(last=False)
+    return new_state
+
+
+def _apply_block(
+    ctx: ChainContext,
+    state: ChainState,
+    block: Block,
+    *,
+    blobs: BlobSource | None,
+    reexecutor: Reexecutor | None,
+    digests: BlockDigests | None,
+) -> ChainState:
     hd, pl = block.header, block.payload
     if digests is None:
         digests = BlockDigests(hd.hash(), pl.hash(), tuple(update_leaves(pl.updates)))

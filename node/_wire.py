@@ -16,12 +16,13 @@ receiver checks every signature, digest, shape and membership itself (``node.cor
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from consensus import Message
 from ledger import SignedMessage, UpdateCommitment, record
 
-__all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "UpdatePacket"]
+__all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "EnvelopeDecoder", "UpdatePacket"]
 
 ENVELOPE_BYTES_MAX = 256 << 20
 BLOBS_PER_MESSAGE_MAX = 64
@@ -62,3 +63,37 @@ class Envelope:
             if getattr(self, f) is not None:
                 return f
         raise AssertionError("unreachable")
+
+
+class EnvelopeDecoder:
+    """Strict, bounded :meth:`Envelope.decode` with a memo of recent inputs.
+
+    Decoding is a pure function of the bytes and envelopes are immutable, so identical bytes may share one
+    decoded object: the nodes of a simulation (one process) share a decoder, and a broadcast is decoded
+    once, not once per receiver. Every receiver still runs every semantic check (signatures, membership,
+    digests) itself. Malformed input is never memoized; the memo is bounded by the bytes it holds.
+    """
+
+    __slots__ = ("_bytes", "_bytes_max", "_memo", "hits")
+
+    def __init__(self, *, memo_bytes: int = 8 << 20) -> None:
+        self._memo: OrderedDict[bytes, Envelope] = OrderedDict()
+        self._bytes = 0
+        self._bytes_max = memo_bytes
+        self.hits = 0
+
+    def decode(self, data: bytes) -> Envelope:
+        """``Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)``; raises ``ledger.DecodeError``."""
+        env = self._memo.get(data)
+        if env is not None:
+            self.hits += 1
+            self._memo.move_to_end(data)
+            return env
+        env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+        if len(data) <= self._bytes_max // 4:
+            self._memo[data] = env
+            self._bytes += len(data)
+            while self._bytes > self._bytes_max:
+                old, _ = self._memo.popitem(last=False)
+                self._bytes -= len(old)
+        return env

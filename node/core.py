@@ -80,7 +80,7 @@ from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
 from learning._strategies import PublicEval
 from node._rounds import RoundPlan, RoundRules, evidence_key
-from node._wire import BLOBS_PER_MESSAGE_MAX, ENVELOPE_BYTES_MAX, Envelope, UpdatePacket
+from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
 __all__ = [
     "Behavior",
@@ -234,6 +234,8 @@ class NodeCore:
         primary proposes with the rows/updates it has (default: ``timeout_ticks_train``).
     public:
         The host's public-split evaluator, for strategies that score models on one (Sself).
+    decoder:
+        An envelope decoder to share (its memo decodes identical bytes once per process); default: private.
     """
 
     def __init__(
@@ -249,8 +251,10 @@ class NodeCore:
         collect_ticks: int | None = None,
         ctx: ChainContext | None = None,
         public: PublicEval | None = None,
+        decoder: EnvelopeDecoder | None = None,
     ) -> None:
         self._rules = RoundRules(genesis, ctx=ctx, public=public)
+        self._decoder = decoder if decoder is not None else EnvelopeDecoder(memo_bytes=1 << 20)
         self._ctx = self._rules.ctx
         self._genesis = genesis
         self._key = key
@@ -360,7 +364,7 @@ class NodeCore:
             self._dropped["non-member"] += 1
             return self._flush()
         try:
-            env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+            env = self._decoder.decode(data)
         except LedgerError:
             self._dropped["malformed"] += 1
             return self._flush()

@@ -42,7 +42,6 @@ from ledger import (
     sha256,
     sign_update,
 )
-from ledger.store import create_ledger
 from learning._attacks import parse_data_attack, parse_update_attack
 from learning._availability import DROPPED, AvailabilityContext, parse_availability
 from learning._blobs import vector_to_blob
@@ -51,10 +50,11 @@ from learning._models import model_spec
 from learning._partition import partition_dataset, partition_spec
 from learning._schedules import SCHEDULES, schedule_spec
 from learning._strategies import ClientJob, LocalOutcome, Strategy, strategy_from_params
-from learning._training import LocalTrainer, LocalTrainingConfig, train_local
-from node._wire import ENVELOPE_BYTES_MAX, Envelope, UpdatePacket
+from learning._training import LocalTrainer, LocalTrainingConfig
+from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._rng import RngTree
+from sim._writer import LedgerWriter
 from sim._scenario import FaultConfig, Scenario
 
 __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
@@ -237,7 +237,8 @@ class Simulation:
                 raise ValueError(f"strategy {p.algorithm!r} scores models on a public split: set data.public_size > 0")
             from learning._public import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
 
-            self.public_eval = PublicScorer.for_trainer(self.trainer, self.public_data)
+            impl = getattr(self.strategy, "entropy_impl", "exact")
+            self.public_eval = PublicScorer.from_trainer(self.trainer, self.public_data, entropy_impl=impl)
         self.availability = None
         if scenario.adversary.availability:
             actx = AvailabilityContext(
@@ -263,7 +264,8 @@ class Simulation:
         }
         # --- nodes: one chain context (and signature memo) for all of them, as one process verifies a
         # signature once; every node still runs every check (a memo hit is a past successful check).
-        ctx = ChainContext(self.genesis, signature_memo=1 << 16)
+        ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=64)
+        self._decoder = EnvelopeDecoder(memo_bytes=64 << 20)
         self.nodes = {
             pid: NodeCore(
                 genesis=self.genesis,
@@ -273,6 +275,7 @@ class Simulation:
                 replica_config=ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts),
                 ctx=ctx,
                 public=self.public_eval,
+                decoder=self._decoder,
             )
             for pid in self.peers
         }
@@ -296,10 +299,9 @@ class Simulation:
         self._written = 0
         self.metrics: list[RoundMetrics] = []
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
-        self._store = self._blobs = None
+        self._writer = None
         if ledger_dir is not None:
-            self._store, self._blobs = create_ledger(ledger_dir, self.genesis)
-            self._blobs.put(vector_to_blob(self.theta0))
+            self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
         self._committee = genesis_committee(self.genesis)
 
@@ -424,7 +426,7 @@ class Simulation:
     def _equivocate(self, frm: str, data: bytes) -> bytes:
         """An equivocating peer tells odd-indexed peers something else, signed: another block hash in its
         PREPARE/COMMIT votes, other distances in its score row, another update for the same round."""
-        env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+        env = self._decoder.decode(data)
         key, chain = self.keys[frm], self.genesis.chain_id
         if env.pbft is not None and env.pbft.signed is not None and env.pbft.signed.kind in (KIND_PREPARE, KIND_COMMIT):
             sm = env.pbft.signed
@@ -490,21 +492,15 @@ class Simulation:
             prox_mu: float | None = None,
         ) -> LocalOutcome:
             gen = self._rng.child("train", i, job.fl_round, job.purpose).torch()
-            cfg = self.trainer.config
-            if prox_mu is not None and prox_mu != cfg.prox_mu:
-                from dataclasses import replace  # noqa: PLC0415
-
-                cfg = replace(cfg, prox_mu=float(prox_mu))
             dev = self.trainer.device
-            res = train_local(
-                self.trainer.flat,
+            res = self.trainer.train(
                 torch.from_numpy(np.array(model, dtype=np.float32)).to(dev),
                 data,
-                cfg,
                 lr=lr,
                 generator=gen,
                 momentum_buffer=None if momentum_buffer is None else torch.from_numpy(np.array(momentum_buffer)).to(dev),
                 gradient_correction=None if gradient_correction is None else torch.from_numpy(np.array(gradient_correction, dtype=np.float32)).to(dev),
+                prox_mu=prox_mu,
             )
             mb = res.momentum_buffer
             return LocalOutcome(
@@ -585,14 +581,11 @@ class Simulation:
 
     def _write(self, fx: Decided) -> None:
         block = fx.block
-        peer_name = block.header.proposer
         h = block.height
         assert fx.model is not None and sha256(vector_to_blob(fx.model)) == block.payload.model_digest
-        if self._store is not None:
-            for d in sorted(fx.blobs):
-                if self._blobs.put(fx.blobs[d]) != d:
-                    raise AssertionError(f"node {peer_name} reported a blob under the wrong digest")
-            self._store.append(block)
+        if self._writer is not None:
+            order = sorted(fx.blobs)
+            self._writer.submit(block, [fx.blobs[d] for d in order], order)
         self._written = h
         self.head_hash = block.hash()
         self._committee = block.payload.next_committee
@@ -634,6 +627,20 @@ class Simulation:
     # --- main loop ---------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        try:
+            self._loop()
+        except BaseException:
+            if self._writer is not None:
+                try:
+                    self._writer.close()  # keep what was decided; the original error wins
+                except RuntimeError:
+                    pass
+            raise
+        if self._writer is not None:
+            self._writer.close()
+        return self._result()
+
+    def _loop(self) -> None:
         for pid in self.peers:
             self._apply(pid, self.nodes[pid].start())
         self._push(self._tick_us, "tick", None)
@@ -664,8 +671,8 @@ class Simulation:
                     f"no block committed for {(at - last_progress_us) / 1e6:.1f} virtual seconds at height "
                     f"{self._written + 1}; reproduce: concilium sim run <scenario> --seed {self.sc.seed}"
                 )
-        if self._store is not None:
-            self._store.close()
+
+    def _result(self) -> SimResult:
         views = sum(n.replica.status().view_changes for n in self.nodes.values())
         final = next((m.accuracy for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan)
         return SimResult(
