@@ -76,7 +76,15 @@ class RoundMetrics:
     accuracy: float
     loss: float
     accepted: int
+    """Updates of this round's trainers in the block."""
     rejected: int
+    """This round's trainers whose update is not in the block (late, unavailable, filtered, refused)."""
+    stale_accepted: int
+    """Updates of earlier rounds in the block (semi-synchronous strategies)."""
+    unavailable: int
+    """Trainers the availability model silenced this round."""
+    delayed: int
+    """Trainers the availability model delayed this round."""
     byzantine_accepted: int
     byzantine_trainers: int
     committee: str
@@ -158,11 +166,23 @@ class Simulation:
             splits = with_public(splits, seed=self._rng.child("public").seed64() % 2**32, size=scenario.data.public_size)
         self.public_data = splits.public
         self.test = splits.test
-        pparams = {"num_clients": scenario.members, **dict(scenario.data.partition_params)}
+        pparams = dict(scenario.data.partition_params)
+        from learning._partition import PARTITIONS  # noqa: PLC0415
+
+        pcls = PARTITIONS.get(scenario.data.partition)
+        if pcls is not None and "num_clients" in getattr(pcls, "__dataclass_fields__", {}):
+            pparams.setdefault("num_clients", scenario.members)
+        elif pcls is not None and "max_clients" in getattr(pcls, "__dataclass_fields__", {}):
+            pparams.setdefault("max_clients", scenario.members)  # natural (per-writer) data: the first N writers
         part = partition_dataset(
             partition_spec(scenario.data.partition, pparams), splits.train, seed=self._rng.child("partition").seed64() % 2**32
         )
         self.client_data: list[Dataset] = part.client_datasets(splits.train)
+        if len(self.client_data) != scenario.members:
+            raise ValueError(
+                f"the {scenario.data.partition!r} partition made {len(self.client_data)} clients for "
+                f"{scenario.members} members; make them equal"
+            )
         spec = model_spec(scenario.model.name, dict(scenario.model.params))
         tr = scenario.training
         self.trainer = LocalTrainer(
@@ -210,7 +230,7 @@ class Simulation:
                     timeout_ticks_commit=p.timeout_ticks_commit,
                     timeout_ticks_view_change=p.timeout_ticks_view_change,
                 ),
-                params=dict(p.params),
+                params=self._protocol_params(p.params, keys),
             ),
             model=ModelSpec(name=scenario.model.name, digest=sha256(vector_to_blob(self.theta0)), params=dict(scenario.model.params)),
         )
@@ -252,6 +272,8 @@ class Simulation:
         self.availability_log: dict[int, tuple[int, int]] = {}
         """fl_round → (clients dropped, clients delayed) by the availability model."""
         self._client_state: dict[str, bytes | None] = {}
+        self._pending_state: dict[tuple[str, int], bytes | None] = {}
+        """A client's new private state becomes its state only once a block includes that upload."""
         self._busy_until: dict[str, int] = {}
         self._round_us = int(1000 * (scenario.compute.round_ms or p.timeout_ticks_train * p.tick_ms))
         # --- compute profiles
@@ -304,6 +326,15 @@ class Simulation:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
         self._committee = genesis_committee(self.genesis)
+
+    def _protocol_params(self, params: Any, keys: list[KeyPair]) -> dict[str, Any]:
+        """The genesis ``protocol.params``; ``sizes = "auto"`` becomes every member's local dataset size, in
+        the members' canonical (sorted peer id) order, so strategies weighting by n_i / N can be audited."""
+        out = dict(params)
+        if out.get("sizes") == "auto":
+            by_peer = {k.peer_id: len(self.client_data[i]) for i, k in enumerate(keys)}
+            out["sizes"] = [by_peer[p] for p in sorted(by_peer)]
+        return out
 
     # --- faults ------------------------------------------------------------------------------------
 
@@ -534,7 +565,7 @@ class Simulation:
                 ),
                 train,
             )
-            self._client_state[peer] = up.client_state
+            self._pending_state[(peer, job.fl_round)] = up.client_state
             delta, n = np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples)
         else:
             out = train(job.model, lr=lr)
@@ -589,14 +620,20 @@ class Simulation:
         self._written = h
         self.head_hash = block.hash()
         self._committee = block.payload.next_committee
+        for u in block.payload.updates:
+            if (u.peer, u.fl_round) in self._pending_state:
+                self._client_state[u.peer] = self._pending_state.pop((u.peer, u.fl_round))
+        for key in [k for k in self._pending_state if k[1] <= h - 16]:
+            del self._pending_state[key]
         rec = block.payload.record
         trainers = list(rec.get("training", rec.get("clients", ())))
-        accepted = [u.peer for u in block.payload.updates]
+        accepted = [u.peer for u in block.payload.updates if u.fl_round == h]
+        stale = sum(1 for u in block.payload.updates if u.fl_round != h)
         for t in trainers:
             if t in self.acceptance:
                 self.acceptance[t][1] += 1
-        for a in accepted:
-            self.acceptance[a][0] += 1
+        for u in block.payload.updates:
+            self.acceptance[u.peer][0] += 1
         acc = loss = math.nan
         if h % self.sc.eval_every == 0 or h == self.sc.rounds:
             ev = self.trainer.evaluate(torch.from_numpy(np.array(fx.model)), self.test)
@@ -608,7 +645,10 @@ class Simulation:
             loss=loss,
             accepted=len(accepted),
             rejected=len(trainers) - len(accepted),
-            byzantine_accepted=sum(1 for a in accepted if a in self.byzantine),
+            stale_accepted=stale,
+            unavailable=self.availability_log.get(h, (0, 0))[0],
+            delayed=self.availability_log.get(h, (0, 0))[1],
+            byzantine_accepted=sum(1 for u in block.payload.updates if u.peer in self.byzantine),
             byzantine_trainers=sum(1 for t in trainers if t in self.byzantine),
             committee=" ".join(f"n{self.index[c]}" for c in block.payload.next_committee),
             proposer=f"n{self.index[block.header.proposer]}",

@@ -1,0 +1,258 @@
+"""The server's public-data evaluator for Sself: mean prediction entropy and mean loss of a model vector.
+
+seed_002 eq. (4) and §2.2::
+
+    E_avg(w) = (1/n_pub) Σ_j E_{x_j}(w),   E_x(w) = − Σ_q P^{(q)}_x(w) · ln P^{(q)}_x(w)     (natural log, nats)
+    F_pub(w) = (1/n_pub) Σ_j ℓ(w; x_j, y_j)                                                 (cross-entropy)
+
+:class:`PublicScorer` implements the :class:`learning._strategies.PublicEval` protocol (``scorer(model) ->
+(E_avg, F_pub)``) on the class-balanced public split the server holds (seed_002 §1.3; carve it with
+:func:`learning._data.split_public` / :func:`learning._data.with_public`, e.g. ``with_public(splits, seed=s,
+fraction=0.02)`` or ``size=50`` for the §6.1 reproduction: that helper already exists and is not duplicated here).
+
+Two entropy implementations (seed_002 §7.1, the paper discrepancy):
+
+* ``"exact"`` (default): the logits are taken to float64 and the entropy is computed from the log-softmax,
+  ``−Σ_q exp(l_q) · l_q`` with ``0 · log 0 = 0``. A sign-flipped ×10 model is *over-confident* (entropy ≈ 0), so
+  the entropy filter keeps it; only its huge public loss (small β) limits its weight.
+* ``"naive_float32"`` (paper-compatible): ``p = softmax`` in float32, ``−Σ p · ln p``; a probability that
+  underflows to exactly 0 gives ``0 · (−inf) = NaN``. With Sself's "non-finite ⇒ reject" rule this reproduces
+  the paper's numbers (any model with a float32 logit gap ≳ 104 on some public sample is rejected).
+
+F_pub is always the stable float64 cross-entropy from the log-softmax (identical in both modes). A non-finite
+logit gives a non-finite ``E_avg``/``F_pub``, which every strategy treats as "reject" (fail-closed).
+
+Determinism: CPU forward in fixed batches of the public set in its stored order, float64 post-processing in
+numpy (no BLAS), per-sample values summed with :func:`math.fsum` (exactly rounded, order-free). The forward pass
+itself is torch CPU float32: bit-identical across validators on the same platform and torch thread count.
+Results are memoised by the SHA-256 of the model's float32 bytes in a small LRU, because every validator
+re-scores the same uploaded models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from learning._data import Dataset
+from learning._errors import ConfigError
+from learning._models import ModelSpec, build_model
+from learning._params import FlatParameters
+from learning._training import LocalTrainer
+
+__all__ = [
+    "ENTROPY_IMPLS",
+    "MemoInfo",
+    "PublicScorer",
+    "check_entropy_impl",
+    "log_softmax64",
+    "prediction_entropy",
+    "public_scores",
+]
+
+ENTROPY_IMPLS: tuple[str, ...] = ("exact", "naive_float32")
+"""The entropy implementations of seed_002 §7.1."""
+
+EntropyImpl = Literal["exact", "naive_float32"]
+
+
+def check_entropy_impl(value: object, what: str) -> str:
+    """``value`` if it names an entropy implementation, else :class:`ConfigError`."""
+    if value not in ENTROPY_IMPLS:
+        raise ConfigError(f"{what}: entropy_impl must be one of {ENTROPY_IMPLS}, got {value!r}")
+    return str(value)
+
+
+def log_softmax64(logits: np.ndarray) -> np.ndarray:
+    """Row-wise ``log softmax`` in float64: ``l = (x − max x) − ln Σ exp(x − max x)`` (stable; NaN in ⇒ NaN out)."""
+    x = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = x - np.max(x, axis=1, keepdims=True)
+        return s - np.log(np.sum(np.exp(s), axis=1, keepdims=True))
+
+
+def prediction_entropy(logits: np.ndarray, *, impl: str = "exact") -> np.ndarray:
+    """Per-sample Shannon entropy (nats) of ``softmax(logits)``, seed_002 eq. (4); shape ``(n,)`` float64.
+
+    Parameters
+    ----------
+    logits:
+        ``(n, Q)`` model outputs.
+    impl:
+        ``"exact"``: from :func:`log_softmax64`, ``0 · log 0 = 0``; ``"naive_float32"``: ``p = softmax`` in
+        float32 and ``−Σ p ln p`` in float32 (NaN where a probability underflows to 0; seed_002 §7.1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> round(float(prediction_entropy(np.zeros((1, 10)))[0]), 12)  # uniform over 10 classes: ln 10
+    2.302585092994
+    >>> bool(np.isnan(prediction_entropy(np.array([[0.0, 200.0]]), impl="naive_float32")[0]))
+    True
+    """
+    check_entropy_impl(impl, "prediction_entropy")
+    if impl == "exact":
+        lp = log_softmax64(logits)
+        with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+            p = np.exp(lp)
+            terms = np.where(p == 0.0, 0.0, p * lp)  # 0·log 0 = 0; NaN stays NaN
+            return -np.sum(terms, axis=1)
+    x = np.asarray(logits, dtype=np.float32)
+    with np.errstate(all="ignore"):  # the textbook formula: underflow, 0·(−inf) = NaN are the point
+        e = np.exp(x - np.max(x, axis=1, keepdims=True))
+        p = e / np.sum(e, axis=1, keepdims=True)
+        return (-np.sum(p * np.log(p), axis=1)).astype(np.float64)
+
+
+def _mean(values: np.ndarray) -> float:
+    n = values.shape[0]
+    if not np.isfinite(values).all():
+        with np.errstate(invalid="ignore", over="ignore"):
+            return float(np.sum(values)) / n  # NaN or ±inf: reported as non-finite
+    return math.fsum(values.tolist()) / n
+
+
+def public_scores(logits: np.ndarray, labels: np.ndarray, *, impl: str = "exact") -> tuple[float, float]:
+    """``(E_avg, F_pub)`` from the public set's logits ``(n, Q)`` and labels ``(n,)`` (seed_002 eq. 4, F_pub).
+
+    ``F_pub`` is the mean cross-entropy from the float64 log-softmax in both modes.
+    """
+    x = np.asarray(logits)
+    y = np.asarray(labels, dtype=np.int64)
+    if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[0] == 0:
+        raise ValueError(f"need (n, Q) logits and (n,) labels with n >= 1, got {x.shape} and {y.shape}")
+    ent = prediction_entropy(x, impl=impl)
+    lp = log_softmax64(x)
+    nll = -lp[np.arange(y.shape[0]), y]
+    return _mean(ent), _mean(nll)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoInfo:
+    """Statistics of a :class:`PublicScorer`'s memo."""
+
+    hits: int
+    misses: int
+    size: int
+    capacity: int
+
+
+class PublicScorer:
+    """Deterministic :class:`~learning._strategies.PublicEval` on a public split (seed_002 eq. 4, §1.3, §7.1).
+
+    Parameters
+    ----------
+    spec:
+        The model architecture (the vectors scored are its flat parameters, ``named_parameters()`` order).
+    public:
+        The server's public dataset (moved to CPU float32).
+    entropy_impl:
+        ``"exact"`` (default) or ``"naive_float32"`` (seed_002 §7.1); Sself records which one was used.
+    batch_size:
+        Public samples per forward pass (fixed batches in the stored order).
+    memo_size:
+        Capacity of the LRU memo keyed by the SHA-256 of the model's float32 bytes (0 disables it).
+
+    Examples
+    --------
+    >>> from learning._data import DigitsSpec, split_public
+    >>> from learning._models import MLPSpec
+    >>> import numpy as np
+    >>> public, _ = split_public(DigitsSpec().load().train, 50, rng=np.random.default_rng(0))
+    >>> scorer = PublicScorer(MLPSpec(in_features=64, hidden=(64, 32)), public)
+    >>> e_avg, f_pub = scorer(np.zeros(scorer.dim, dtype=np.float32))  # all-zero model: uniform predictions
+    >>> round(e_avg, 6), round(f_pub, 6)
+    (2.302585, 2.302585)
+    """
+
+    __slots__ = ("_batch_size", "_entropy_impl", "_flat", "_hits", "_labels", "_memo", "_memo_size", "_misses",
+                 "_x")
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        public: Dataset,
+        *,
+        entropy_impl: str = "exact",
+        batch_size: int = 1024,
+        memo_size: int = 64,
+    ) -> None:
+        self._entropy_impl = check_entropy_impl(entropy_impl, "PublicScorer")
+        for key, value, low in (("batch_size", batch_size, 1), ("memo_size", memo_size, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"PublicScorer: {key} must be an int >= {low}, got {value!r}")
+        if len(public) == 0:
+            raise ConfigError("PublicScorer: the public set is empty")
+        module = build_model(spec, seed=0, device="cpu", dtype=torch.float32)  # parameters are overwritten
+        module.eval()
+        self._flat = FlatParameters.bind(module)
+        data = public.to("cpu", torch.float32)
+        self._x = data.x
+        self._labels = data.labels
+        self._batch_size = batch_size
+        self._memo: OrderedDict[bytes, tuple[float, float]] = OrderedDict()
+        self._memo_size = memo_size
+        self._hits = 0
+        self._misses = 0
+
+    @classmethod
+    def from_trainer(cls, trainer: LocalTrainer, public: Dataset, **kwargs: object) -> PublicScorer:
+        """A scorer for the model of ``trainer`` (its spec; a separate module, so training state is untouched)."""
+        return cls(trainer.spec, public, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def entropy_impl(self) -> str:
+        return self._entropy_impl
+
+    @property
+    def dim(self) -> int:
+        """Length ``d`` of the model vectors this scorer accepts."""
+        return self._flat.numel
+
+    @property
+    def public_size(self) -> int:
+        """n_pub."""
+        return int(self._labels.shape[0])
+
+    def memo_info(self) -> MemoInfo:
+        return MemoInfo(hits=self._hits, misses=self._misses, size=len(self._memo), capacity=self._memo_size)
+
+    def logits(self, model: np.ndarray, /) -> np.ndarray:
+        """The public set's logits ``(n_pub, Q)`` (float32) under the flat parameter vector ``model``."""
+        vec = self._check(model)
+        self._flat.load_(torch.from_numpy(vec if vec.flags.writeable else vec.copy()))
+        out = []
+        with torch.no_grad():
+            for start in range(0, self._x.shape[0], self._batch_size):
+                out.append(self._flat.module(self._x[start : start + self._batch_size]).numpy())
+        return np.concatenate(out, axis=0)
+
+    def __call__(self, model: np.ndarray, /) -> tuple[float, float]:
+        """``(E_avg, F_pub)`` of ``model`` (a float32 vector of length :attr:`dim`); memoised by content."""
+        vec = self._check(model)
+        key = hashlib.sha256(memoryview(vec).cast("B")).digest()
+        hit = self._memo.get(key)
+        if hit is not None:
+            self._memo.move_to_end(key)
+            self._hits += 1
+            return hit
+        self._misses += 1
+        result = public_scores(self.logits(vec), self._labels, impl=self._entropy_impl)
+        if self._memo_size:
+            self._memo[key] = result
+            if len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
+        return result
+
+    def _check(self, model: np.ndarray) -> np.ndarray:
+        if not isinstance(model, np.ndarray) or model.dtype != np.float32 or model.shape != (self.dim,):
+            shape = getattr(model, "shape", None)
+            dtype = getattr(model, "dtype", type(model).__name__)
+            raise ValueError(f"PublicScorer: expected a float32 vector of shape ({self.dim},), got {dtype} {shape}")
+        return np.ascontiguousarray(model, dtype="<f4")
