@@ -1,0 +1,246 @@
+"""Shared machinery of the paper reproductions (``benchmarks/reproduce.py SEED_ID``).
+
+Every run goes through the real simulator (``sim.run_scenario``): the elected coordinator, the committee
+re-executing its aggregation, pBFT, Ed25519 signatures and the SQLite ledger, verified with re-execution
+at the end of each run. A reproduction is a list of :class:`Run` (a scenario file plus overrides), run on
+a process pool, then a list of :class:`Claim` checked against the measured numbers and written to a
+markdown report with a table and plots.
+
+Paper modules (``benchmarks/repro/seed00N.py``) provide ``reproduce(out: Path, *, fast: bool, workers:
+int) -> Report``. ``fast`` is the small subset the default test run checks (seconds to a minute); the
+full set is behind the ``slow`` marker and the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import sys
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+__all__ = [
+    "Claim",
+    "Report",
+    "Run",
+    "RunResult",
+    "deep_merge",
+    "last_mean",
+    "run_all",
+    "write_report",
+]
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, tables recursively (``over`` wins on leaves)."""
+    out = copy.deepcopy(dict(base))
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation: ``scenario`` (a file under ``scenarios/``) with ``overrides`` merged in."""
+
+    label: str
+    scenario: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def data(self) -> dict[str, Any]:
+        with open(SCENARIOS / self.scenario, "rb") as f:
+            base = tomllib.load(f)
+        return deep_merge(base, {"name": self.label, **self.overrides})
+
+
+@dataclass
+class RunResult:
+    """What a paper module needs from a run: per-round metrics, block records, the verification verdict."""
+
+    label: str
+    rows: list[dict[str, float | str]]
+    records: list[dict[str, Any]]
+    verified: bool
+    verify_line: str
+    wall_s: float
+    out: Path
+
+    def series(self, column: str) -> list[float]:
+        return [float(r[column]) for r in self.rows]
+
+    def accuracy(self) -> list[float]:
+        return [a for a in self.series("accuracy") if not math.isnan(a)]
+
+
+def _run_one(run: Run, out: Path) -> RunResult:
+    from ledger.store import open_ledger
+    from sim._run import run_scenario
+
+    folder = out / "runs" / run.label
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    spec = out / "runs" / f"{run.label}.toml"
+    spec.write_text(tomli_w.dumps(run.data()))
+    summary = run_scenario(spec, out=folder, progress=False)
+    with open(folder / "metrics.csv", newline="") as f:
+        rows = [dict(r) for r in csv.DictReader(f)]
+    store, _ = open_ledger(folder / "ledger", readonly=True, check_index=False)
+    with store:
+        records = [_plain(store.get(h).payload.record) for h in range(1, store.height() + 1)]
+    return RunResult(
+        label=run.label,
+        rows=rows,
+        records=records,
+        verified=bool(summary.get("ledger_verified", False)),
+        verify_line=str(summary.get("ledger_verdict", "")),
+        wall_s=float(summary.get("wall_seconds", math.nan)),
+        out=folder,
+    )
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def run_all(runs: Sequence[Run], out: Path, *, workers: int = 2, log: Callable[[str], None] = print) -> dict[str, RunResult]:
+    """Run every :class:`Run` (``workers`` processes); results by label, in the order given."""
+    out.mkdir(parents=True, exist_ok=True)
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError("run labels must be unique")
+    results: dict[str, RunResult] = {}
+    if workers <= 1 or len(runs) == 1:
+        for r in runs:
+            results[r.label] = _run_one(r, out)
+            log(f"  {r.label}: final accuracy {_final(results[r.label])}")
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            futs = {r.label: ex.submit(_run_one, r, out) for r in runs}
+            for label in labels:
+                results[label] = futs[label].result()
+                log(f"  {label}: final accuracy {_final(results[label])}")
+    return {label: results[label] for label in labels}
+
+
+def _final(res: RunResult) -> str:
+    acc = res.accuracy()
+    return f"{acc[-1]:.4f}" if acc else "n/a"
+
+
+def last_mean(xs: Sequence[float], k: int) -> float:
+    """Mean of the last ``k`` values (all if fewer)."""
+    tail = [x for x in xs[-k:] if not math.isnan(x)]
+    return sum(tail) / len(tail) if tail else math.nan
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One qualitative claim of a paper's reproduction section, with what we measured."""
+
+    name: str
+    statement: str
+    measured: str
+    passed: bool
+
+
+@dataclass
+class Report:
+    """A paper's reproduction: claims, tables (markdown), plots (PNG files in the report folder)."""
+
+    seed_id: str
+    title: str
+    claims: list[Claim] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    runs: dict[str, RunResult] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed for c in self.claims) and all(r.verified for r in self.runs.values())
+
+    def check(self, name: str, statement: str, measured: str, passed: bool) -> None:
+        self.claims.append(Claim(name, statement, measured, bool(passed)))
+
+
+def plot_curves(path: Path, title: str, curves: Mapping[str, Sequence[float]], *, ylabel: str = "test accuracy") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=110)
+    for name, ys in curves.items():
+        ax.plot(range(1, len(ys) + 1), ys, label=name, linewidth=1.4)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(x: Any) -> str:
+        if isinstance(x, float):
+            return "n/a" if math.isnan(x) else f"{x:.4f}"
+        return str(x)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_report(out: Path, report: Report) -> Path:
+    """``out/REPORT.md`` (and ``out/report.json``): the claims table, the tables, the plots, the runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Reproduction of {report.seed_id}: {report.title}", ""]
+    verdict = "PASS" if report.ok else "FAIL"
+    lines += [f"**Verdict: {verdict}** ({sum(c.passed for c in report.claims)}/{len(report.claims)} claims hold; "
+              f"{sum(r.verified for r in report.runs.values())}/{len(report.runs)} ledgers verified with re-execution)", ""]
+    lines += ["## Claims", "", markdown_table(["claim", "statement", "measured", "result"],
+              [(c.name, c.statement, c.measured, "pass" if c.passed else "FAIL") for c in report.claims]), ""]
+    for t in report.tables:
+        lines += [t, ""]
+    for p in report.plots:
+        lines += [f"![{p.stem}]({p.name})", ""]
+    if report.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+    lines += ["## Runs", "", markdown_table(["run", "rounds", "final accuracy", "ledger verified", "wall s", "results"],
+              [(r.label, len(r.rows), _final(r), "yes" if r.verified else f"NO: {r.verify_line}", f"{r.wall_s:.1f}",
+                os.path.relpath(r.out, out)) for r in report.runs.values()]), ""]
+    path = out / "REPORT.md"
+    path.write_text("\n".join(lines))
+    (out / "report.json").write_text(json.dumps({
+        "seed_id": report.seed_id, "ok": report.ok,
+        "claims": [c.__dict__ for c in report.claims],
+        "runs": {k: {"verified": r.verified, "final_accuracy": _final(r), "wall_s": r.wall_s} for k, r in report.runs.items()},
+    }, indent=2))
+    return path
