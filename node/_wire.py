@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from consensus import Message
+from learning._blobs import blob_to_vector
 from ledger import SignedMessage, UpdateCommitment, record
 
 __all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "EnvelopeDecoder", "UpdatePacket"]
@@ -74,13 +77,29 @@ class EnvelopeDecoder:
     digests) itself. Malformed input is never memoized; the memo is bounded by the bytes it holds.
     """
 
-    __slots__ = ("_bytes", "_bytes_max", "_memo", "hits")
+    __slots__ = ("_bytes", "_bytes_max", "_memo", "_vectors", "hits")
 
     def __init__(self, *, memo_bytes: int = 8 << 20) -> None:
         self._memo: OrderedDict[bytes, Envelope] = OrderedDict()
+        self._vectors: OrderedDict[tuple[bytes, int], np.ndarray] = OrderedDict()
         self._bytes = 0
         self._bytes_max = memo_bytes
         self.hits = 0
+
+    def vector(self, blob: bytes, *, dim: int, what: str) -> np.ndarray:
+        """``learning.blob_to_vector(blob, dim=dim)`` (strict, finite), memoized like envelopes: the result
+        is a read-only view, so receivers of the same update blob may share it."""
+        key = (blob, dim)
+        v = self._vectors.get(key)
+        if v is not None:
+            self.hits += 1
+            return v
+        v = blob_to_vector(blob, dim=dim, what=what)
+        if len(blob) <= self._bytes_max // 4:
+            self._vectors[key] = v
+            while len(self._vectors) > 256:
+                self._vectors.popitem(last=False)
+        return v
 
     def decode(self, data: bytes) -> Envelope:
         """``Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)``; raises ``ledger.DecodeError``."""

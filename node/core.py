@@ -719,7 +719,7 @@ class NodeCore:
         if sha256(packet.blob) != c.digest:
             self._dropped["update blob does not match its digest"] += 1
             return
-        vec = blob_to_vector(packet.blob, dim=self._upload_dim, what=f"update of {peer}")
+        vec = self._decoder.vector(packet.blob, dim=self._upload_dim, what=f"update of {peer}")
         held = r.updates.get((peer, c.fl_round))
         if held is not None:
             if held[0].signed_body() != c.signed_body():

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import multiprocessing
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +64,48 @@ __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
 
 OMNISCIENT_ATTACKS = ("alie", "ipm", "mimic")
 """Update attacks that see the round's honest updates (the others transform the attacker's own update)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _JobSpec:
+    """Everything one local training job depends on (sent to a training worker as is)."""
+
+    index: int
+    fl_round: int
+    purpose: str
+    model: np.ndarray
+    server_state: bytes | None
+    client_state: bytes | None
+    lr: float
+    strategy_side: bool
+
+
+class _Ready:
+    """A finished in-process job with the ``AsyncResult.get`` interface."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def get(self) -> Any:
+        return self._value
+
+
+_WORKER_HOST: Simulation | None = None
+"""In a forked training worker: the simulation it was forked from (its data, trainer and strategy)."""
+
+
+def _worker_job(spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
+    assert _WORKER_HOST is not None, "training worker without a host simulation"
+    return _WORKER_HOST._run_job(spec)
+
+
+def default_workers(device: str) -> int:
+    """Training workers by default: one forked process on Linux CPUs with at least two cores, else none."""
+    if device != "cpu" or sys.platform != "linux" or (os.cpu_count() or 1) < 2:
+        return 0
+    return 1
 
 
 class LivenessError(RuntimeError):
@@ -154,7 +199,10 @@ class Simulation:
         *,
         ledger_dir: Path | None = None,
         on_round: Callable[[RoundMetrics], None] | None = None,
+        workers: int | None = None,
     ) -> None:
+        """``workers``: forked processes that run local training while this one runs the protocol (None =
+        :func:`default_workers`; 0 = train in-process). Results are identical either way."""
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
@@ -316,11 +364,14 @@ class Simulation:
         self.busy_skipped = 0
         self._last_upload: dict[str, np.ndarray] = {}
         self.evidence_seen: set[bytes] = set()
-        self._round_honest: dict[int, list[np.ndarray]] = {}
+        self._round_jobs: dict[int, list[tuple[str, Any]]] = {}
+        self._stale_window = 1 + (int(self.strategy.max_staleness) if self.strategy is not None else 0)
         self._decided: dict[int, Decided] = {}
         self._written = 0
         self.metrics: list[RoundMetrics] = []
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
+        self.workers = default_workers(scenario.training.device) if workers is None else max(0, int(workers))
+        self._pool: Any = None
         self._writer = None
         if ledger_dir is not None:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
@@ -509,9 +560,8 @@ class Simulation:
             )
         return out.get(self.index[peer], 0)
 
-    def _local_train(self, peer: str, job: TrainJob) -> Any:
-        """The host's ``LocalTrain`` for one job: real PyTorch training on the peer's data, seeded per job."""
-        i = self.index[peer]
+    def _local_train(self, i: int, fl_round: int, purpose: str) -> Any:
+        """The host's ``LocalTrain`` for one job: real PyTorch training on member ``i``'s data, seeded per job."""
         data = self.client_data[i]
 
         def train(
@@ -522,7 +572,7 @@ class Simulation:
             momentum_buffer: np.ndarray | None = None,
             prox_mu: float | None = None,
         ) -> LocalOutcome:
-            gen = self._rng.child("train", i, job.fl_round, job.purpose).torch()
+            gen = self._rng.child("train", i, fl_round, purpose).torch()
             dev = self.trainer.device
             res = self.trainer.train(
                 torch.from_numpy(np.array(model, dtype=np.float32)).to(dev),
@@ -545,6 +595,26 @@ class Simulation:
 
         return train
 
+    def _run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
+        """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``.
+        Runs here or in a forked training worker; either way the same bits come out."""
+        train = self._local_train(spec.index, spec.fl_round, spec.purpose)
+        if spec.strategy_side:
+            assert self.strategy is not None
+            up = self.strategy.local_update(
+                ClientJob(
+                    fl_round=spec.fl_round,
+                    model=spec.model,
+                    server_state=spec.server_state,
+                    client_state=spec.client_state,
+                    lr=spec.lr,
+                ),
+                train,
+            )
+            return np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples), up.client_state
+        out = train(spec.model, lr=spec.lr)
+        return out.delta, out.n_samples, None
+
     def _start_training(self, peer: str, job: TrainJob) -> None:
         if self._busy_until.get(peer, -1) > self._now_us:
             self.busy_skipped += 1
@@ -552,35 +622,31 @@ class Simulation:
         outcome = self._availability_outcome(peer, job)
         if outcome == DROPPED:
             return
-        lr = float(self.schedule(job.fl_round - 1))
-        train = self._local_train(peer, job)
-        if self.strategy is not None and job.purpose == PURPOSE_UPDATE:
-            up = self.strategy.local_update(
-                ClientJob(
-                    fl_round=job.fl_round,
-                    model=job.model,
-                    server_state=job.server_state,
-                    client_state=self._client_state.get(peer),
-                    lr=lr,
-                ),
-                train,
-            )
-            self._pending_state[(peer, job.fl_round)] = up.client_state
-            delta, n = np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples)
-        else:
-            out = train(job.model, lr=lr)
-            delta, n = out.delta, out.n_samples
-        if peer not in self.byzantine:
-            self._round_honest.setdefault(job.fl_round, []).append(delta)
+        spec = _JobSpec(
+            index=self.index[peer],
+            fl_round=job.fl_round,
+            purpose=job.purpose,
+            model=np.asarray(job.model),
+            server_state=job.server_state,
+            client_state=self._client_state.get(peer),
+            lr=float(self.schedule(job.fl_round - 1)),
+            strategy_side=self.strategy is not None and job.purpose == PURPOSE_UPDATE,
+        )
+        handle: Any = self._pool.apply_async(_worker_job, (spec,)) if self._pool is not None else _Ready(self._run_job(spec))
+        self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
         done = self._now_us + self.train_us[peer] + outcome * self._round_us
         self._busy_until[peer] = done
-        self._push(done, "trained", (peer, job, delta, n))
+        self._push(done, "trained", (peer, job, handle))
 
-    def _finish_training(self, peer: str, job: TrainJob, delta: np.ndarray, n: int) -> None:
+    def _finish_training(self, peer: str, job: TrainJob, handle: Any) -> None:
+        delta, n, client_state = handle.get()
+        if job.purpose == PURPOSE_UPDATE and self.strategy is not None:
+            self._pending_state[(peer, job.fl_round)] = client_state
         if peer in self.byzantine and self.update_attack is not None:
             rng = self._rng.child("attack", self.index[peer], job.fl_round).numpy()
-            if self.attack_name in OMNISCIENT_ATTACKS and self._round_honest.get(job.fl_round):
-                honest = np.stack(self._round_honest[job.fl_round])
+            honest_jobs = [h for p, h in self._round_jobs.get(job.fl_round, ()) if p not in self.byzantine]
+            if self.attack_name in OMNISCIENT_ATTACKS and honest_jobs:
+                honest = np.stack([h.get()[0] for h in honest_jobs])
             else:
                 honest = delta[None, :]
             if getattr(self.update_attack, "needs_global_model", False):
@@ -659,15 +725,25 @@ class Simulation:
             messages=sum(self.messages_by_kind.values()),
         )
         self.metrics.append(m)
-        for k in [k for k in self._round_honest if k <= h]:
-            del self._round_honest[k]
+        for k in [k for k in self._round_jobs if k <= h - self._stale_window]:
+            del self._round_jobs[k]
         if self._on_round is not None:
             self._on_round(m)
 
     # --- main loop ---------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        global _WORKER_HOST
+        if self.workers > 0:
+            # fork before any thread of ours exists (the ledger writer starts below)
+            _WORKER_HOST = self
+            try:
+                self._pool = multiprocessing.get_context("fork").Pool(self.workers)
+            finally:
+                _WORKER_HOST = None
         try:
+            if self._writer is not None:
+                self._writer.start()
             self._loop()
         except BaseException:
             if self._writer is not None:
@@ -676,6 +752,11 @@ class Simulation:
                 except RuntimeError:
                     pass
             raise
+        finally:
+            if self._pool is not None:
+                self._pool.terminate()
+                self._pool.join()
+                self._pool = None
         if self._writer is not None:
             self._writer.close()
         return self._result()
@@ -702,8 +783,8 @@ class Simulation:
                 if not self._faulty(to, "drop"):
                     self._apply(to, self.nodes[to].on_message(frm, payload))
             elif kind == "trained":
-                peer, job, delta, n = data
-                self._finish_training(peer, job, delta, n)
+                peer, job, handle = data
+                self._finish_training(peer, job, handle)
             if self._written != last_written:
                 last_written, last_progress_us = self._written, at
             elif at - last_progress_us > round_budget_us:

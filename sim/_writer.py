@@ -34,6 +34,9 @@ class LedgerWriter:
         self._queue: queue.Queue[tuple[Block, list[bytes], list[bytes]] | None] = queue.Queue(maxsize=backlog)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(initial_blobs,), name="ledger-writer", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (separate from construction: a simulation forks its training workers first)."""
         self._thread.start()
 
     def submit(self, block: Block, blobs: list[bytes], digests: list[bytes]) -> None:
@@ -43,6 +46,8 @@ class LedgerWriter:
 
     def close(self) -> None:
         """Wait until everything queued is on disk; re-raise the writer's error, if any."""
+        if self._thread.ident is None:
+            self._thread.start()  # never started: still write what was queued (nothing) and close cleanly
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()
