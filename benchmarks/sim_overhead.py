@@ -81,7 +81,6 @@ from learning._models import MLPSpec  # noqa: E402
 from learning._partition import IIDPartition, partition_dataset  # noqa: E402
 from learning._training import LocalTrainer, LocalTrainingConfig  # noqa: E402
 from sim._rng import RngTree  # noqa: E402
-from sim._engine import default_workers  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "coordinator_fedavg.toml"
 
@@ -258,17 +257,14 @@ def load_workload(rounds: int) -> sim.Scenario:
     return scenario
 
 
-def sim_fedavg(
-    rounds: int, ledger_root: str | None, profiler: cProfile.Profile | None = None, *, workers: int = 0
-) -> dict[str, Any]:
-    """W1 through ``concilium sim``: Simulation(scenario, ledger_dir=tmp).run(), everything on. ``workers``:
-    the simulator's forked training processes (0 = training in this process, so its time can be split out)."""
+def sim_fedavg(rounds: int, ledger_root: str | None, profiler: cProfile.Profile | None = None) -> dict[str, Any]:
+    """W1 through ``concilium sim``: Simulation(scenario, ledger_dir=tmp).run(), everything on."""
     scenario = load_workload(rounds)
     with tempfile.TemporaryDirectory(dir=ledger_root, prefix="sim-overhead-") as tmp:
         if profiler is not None:
             profiler.enable()
         t0 = time.perf_counter()
-        s = sim.Simulation(scenario, ledger_dir=Path(tmp) / "ledger", workers=workers)
+        s = sim.Simulation(scenario, ledger_dir=Path(tmp) / "ledger")
         trainer = TimedTrainer(s.trainer)
         s.trainer = trainer  # type: ignore[assignment]
         t1 = time.perf_counter()
@@ -470,9 +466,6 @@ def main() -> None:
     ap.add_argument("--ledger-root", help="directory for the sim's temporary ledger (default: the system temp dir)")
     ap.add_argument("--json", help="also write the figures as JSON here")
     ap.add_argument("--clients", type=int, default=20, help="clients, all trained every round (W1: 20; issue 5's variant: 50)")
-    ap.add_argument("--workers", type=int, default=-1,
-                    help="also time the sim with this many forked training workers (-1 = the simulator's default "
-                         "for this machine; 0 = only the in-process run)")
     args = ap.parse_args()
     global CLIENTS
     CLIENTS = args.clients
@@ -484,9 +477,6 @@ def main() -> None:
     if not args.no_torch:
         impls["torch"] = torch_fedavg
     impls["sim"] = lambda r: sim_fedavg(r, args.ledger_root)
-    par = default_workers("cpu") if args.workers < 0 else args.workers
-    if par > 0:
-        impls["sim-parallel"] = lambda r: sim_fedavg(r, args.ledger_root, workers=par)
 
     # untimed warm-up: lazy imports (sklearn), torch kernels, SQLite
     for f in impls.values():
@@ -510,9 +500,7 @@ def main() -> None:
     labels = {
         "plain": "plain FedAvg loop (LocalTrainer, one model object) - **baseline**",
         "torch": "plain PyTorch loop (nn.Sequential, load_state_dict per client, optim.SGD)",
-        "sim": f"`concilium sim` coordinator_fedavg ({CLIENTS} nodes, committee 4, pBFT, Ed25519, SQLite ledger), "
-               "training in-process",
-        "sim-parallel": f"the same with {par} forked training worker(s) (the simulator's default here)",
+        "sim": f"`concilium sim` coordinator_fedavg ({CLIENTS} nodes, committee 4, pBFT, Ed25519, SQLite ledger)",
     }
 
     print(f"## {'W1' if CLIENTS == 20 else 'W1-like'} simulation overhead ({args.rounds} rounds, {CLIENTS} clients, median of {args.repeat}, same process)\n")
@@ -529,12 +517,6 @@ def main() -> None:
     verdict = "meets" if ratio <= GOAL_RATIO else "misses"
     print(f"**Overhead ratio sim / plain: {ratio:.2f}** (job wall; rounds only: {ratio_rounds:.2f}); "
           f"goal <= {GOAL_RATIO}: {verdict} it.")
-    if "sim-parallel" in med:
-        rp = med["sim-parallel"]["job_s"] / plain["job_s"]
-        same = last["sim-parallel"]["model"].tobytes() == last["sim"]["model"].tobytes()
-        print(f"**With {par} training worker(s): sim / plain {rp:.2f}** "
-              f"(goal <= {GOAL_RATIO}: {'meets' if rp <= GOAL_RATIO else 'misses'} it); "
-              f"final model bit-identical to the in-process run: {same}.")
     if "torch" in med:
         print(f"sim / plain PyTorch loop: {med['sim']['job_s'] / med['torch']['job_s']:.2f}; "
               f"plain PyTorch / LocalTrainer baseline: {med['torch']['job_s'] / plain['job_s']:.2f}.")
@@ -574,7 +556,6 @@ def main() -> None:
                     "python": platform.python_version(), "torch": torch.__version__},
         "median": med,
         "ratio": ratio,
-        "ratio_parallel": med["sim-parallel"]["job_s"] / plain["job_s"] if "sim-parallel" in med else None,
         "ratio_rounds_only": ratio_rounds,
         "goal": GOAL_RATIO,
         "samples_job_s": {k: [x["job_s"] for x in v] for k, v in runs.items()},

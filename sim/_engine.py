@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import multiprocessing
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,7 +78,11 @@ class _JobSpec:
 
 
 class _Ready:
-    """A finished in-process job with the ``AsyncResult.get`` interface."""
+    """A finished job's ``(upload, n_samples, client_state)``.
+
+    Training runs in-process, in event order. (Forked training workers were tried: PyTorch does not support
+    autograd in a child forked after the parent used it, and spawned workers pay seconds of start-up per
+    run, more than they save on the reference workloads.)"""
 
     __slots__ = ("_value",)
 
@@ -90,22 +91,6 @@ class _Ready:
 
     def get(self) -> Any:
         return self._value
-
-
-_WORKER_HOST: Simulation | None = None
-"""In a forked training worker: the simulation it was forked from (its data, trainer and strategy)."""
-
-
-def _worker_job(spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
-    assert _WORKER_HOST is not None, "training worker without a host simulation"
-    return _WORKER_HOST._run_job(spec)
-
-
-def default_workers(device: str) -> int:
-    """Training workers by default: one forked process on Linux CPUs with at least two cores, else none."""
-    if device != "cpu" or sys.platform != "linux" or (os.cpu_count() or 1) < 2:
-        return 0
-    return 1
 
 
 class LivenessError(RuntimeError):
@@ -199,10 +184,7 @@ class Simulation:
         *,
         ledger_dir: Path | None = None,
         on_round: Callable[[RoundMetrics], None] | None = None,
-        workers: int | None = None,
     ) -> None:
-        """``workers``: forked processes that run local training while this one runs the protocol (None =
-        :func:`default_workers`; 0 = train in-process). Results are identical either way."""
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
@@ -294,6 +276,9 @@ class Simulation:
                 d = self.client_data[i]
                 x, y = da.transform(d.x, d.y, rng=self._rng.child("data-attack", i).numpy())
                 self.client_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+        if self.trainer.device.type != "cpu":  # data lives where the model trains (minibatch indices stay CPU-seeded)
+            self.client_data = [d.to(self.trainer.device) for d in self.client_data]
+            self.test = self.test.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = None
@@ -370,8 +355,6 @@ class Simulation:
         self._written = 0
         self.metrics: list[RoundMetrics] = []
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
-        self.workers = default_workers(scenario.training.device) if workers is None else max(0, int(workers))
-        self._pool: Any = None
         self._writer = None
         if ledger_dir is not None:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
@@ -596,8 +579,7 @@ class Simulation:
         return train
 
     def _run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
-        """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``.
-        Runs here or in a forked training worker; either way the same bits come out."""
+        """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``."""
         train = self._local_train(spec.index, spec.fl_round, spec.purpose)
         if spec.strategy_side:
             assert self.strategy is not None
@@ -632,7 +614,7 @@ class Simulation:
             lr=float(self.schedule(job.fl_round - 1)),
             strategy_side=self.strategy is not None and job.purpose == PURPOSE_UPDATE,
         )
-        handle: Any = self._pool.apply_async(_worker_job, (spec,)) if self._pool is not None else _Ready(self._run_job(spec))
+        handle = _Ready(self._run_job(spec))
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
         done = self._now_us + self.train_us[peer] + outcome * self._round_us
         self._busy_until[peer] = done
@@ -733,14 +715,6 @@ class Simulation:
     # --- main loop ---------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
-        global _WORKER_HOST
-        if self.workers > 0:
-            # fork before any thread of ours exists (the ledger writer starts below)
-            _WORKER_HOST = self
-            try:
-                self._pool = multiprocessing.get_context("fork").Pool(self.workers)
-            finally:
-                _WORKER_HOST = None
         try:
             if self._writer is not None:
                 self._writer.start()
@@ -752,11 +726,6 @@ class Simulation:
                 except RuntimeError:
                     pass
             raise
-        finally:
-            if self._pool is not None:
-                self._pool.terminate()
-                self._pool.join()
-                self._pool = None
         if self._writer is not None:
             self._writer.close()
         return self._result()
