@@ -99,6 +99,7 @@ PURPOSE_UPDATE = "update"
 PURPOSE_REFERENCE = "reference"
 EVIDENCE_PER_BLOCK_MAX = 64
 UNSOLICITED_BLOBS_MAX = 8
+EARLY_UPDATES_MAX = 256
 DECIDED_KEPT = 16
 WANT_RETRY_TICKS = 10
 
@@ -279,6 +280,7 @@ class NodeCore:
         self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes, bytes | None]] = OrderedDict()
         self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
+        self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
         self._decided: OrderedDict[int, Block] = OrderedDict()
         self._pending_decided: Block | None = None  # committed, model blob not here yet
         self._out: list[NodeEffect] = []
@@ -557,9 +559,11 @@ class NodeCore:
             included = {(u.peer, u.fl_round) for u in payload.updates}
             left_out = sorted(k for k in self._round.updates if k not in included)
             if left_out:
-                # The proposer may simply not have them (lost messages, a healed partition): relay them, so
-                # its next proposal can include them; a censoring proposer is refused either way.
-                self._relay_updates(proposal.header.proposer, left_out)
+                # The proposer may simply not have them (lost messages, a crashed trainer's partial send, a
+                # healed partition): relay them to the committee, so the next primary's proposal can include
+                # them; a censoring proposer is refused either way.
+                for p in self._round.plan.committee:
+                    self._relay_updates(p, left_out)
                 names = [p if t == self._round.plan.height else f"{p}@{t}" for p, t in left_out]
                 return f"the proposal leaves out the valid update(s) of {', '.join(names)}"
         held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
@@ -671,6 +675,13 @@ class NodeCore:
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
             if t < h and self._stale_ok(p, t, h):
                 self._round.updates[(p, t)] = held_update
+        early, self._early = self._early, []
+        for sender, packet in early:
+            if packet.commitment.fl_round == h:
+                try:
+                    self._on_update(sender, packet)
+                except (LedgerError, InvalidUpdateError) as e:
+                    self._dropped[type(e).__name__] += 1
         self._begin_round()
 
     def _push_decided(self, block: Block, committee: Sequence[str]) -> None:
@@ -704,6 +715,11 @@ class NodeCore:
             self._dropped["relayed update"] += 1
             return
         h = r.plan.height
+        if c.fl_round == h + 1 and len(self._early) < EARLY_UPDATES_MAX:
+            # this node lags (the previous block or its model has not reached it yet): keep the update for the
+            # round it is for instead of losing it; it is checked in full when that round begins
+            self._early.append((sender, packet))
+            return
         if c.fl_round != h and not self._stale_ok(peer, c.fl_round, h):
             self._dropped["update for another round"] += 1
             return

@@ -735,7 +735,10 @@ class Simulation:
             self._apply(pid, self.nodes[pid].start())
         self._push(self._tick_us, "tick", None)
         p = self.sc.protocol
-        round_budget_us = self._tick_us * 8 * (p.timeout_ticks_train + p.timeout_ticks_propose + p.timeout_ticks_view_change)
+        # pBFT doubles its timers per view up to 2**4 (consensus.ReplicaConfig.backoff_exponent_max): a height that
+        # needs several view changes legitimately takes many times a normal round; only far beyond is it stuck
+        per_view = p.timeout_ticks_train + p.timeout_ticks_propose + p.timeout_ticks_prepare + p.timeout_ticks_commit
+        round_budget_us = self._tick_us * (per_view + p.timeout_ticks_view_change) * 16 * 8
         last_progress_us, last_written = 0, 0
         while self._written < self.sc.rounds:
             if not self._queue:
