@@ -55,7 +55,7 @@ from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._rng import RngTree
 from sim._writer import LedgerWriter
-from sim._scenario import FaultConfig, Scenario
+from sim._scenario import DataSection, FaultConfig, Scenario
 
 __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
 
@@ -191,7 +191,7 @@ class Simulation:
         self._wall0 = time.perf_counter()
         torch.set_num_threads(1)
         # --- data, model, trainer
-        splits = dataset_spec(scenario.data.dataset, dict(scenario.data.params)).load()
+        splits = dataset_spec(scenario.data.dataset, self._dataset_params(scenario)).load()
         if scenario.data.public_size:
             splits = with_public(splits, seed=self._rng.child("public").seed64() % 2**32, size=scenario.data.public_size)
         self.public_data = splits.public
@@ -360,6 +360,21 @@ class Simulation:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
         self._committee = genesis_committee(self.genesis)
+
+    @staticmethod
+    def _dataset_params(scenario: Scenario) -> dict[str, Any]:
+        """``data.params`` with ``data.test_fraction`` applied where the dataset has a held-out split to size."""
+        from learning._data import DATASETS  # noqa: PLC0415
+
+        params = dict(scenario.data.params)
+        fields_ = getattr(DATASETS.get(scenario.data.dataset), "__dataclass_fields__", {})
+        frac = scenario.data.test_fraction
+        if "test_fraction" in fields_:
+            if params.setdefault("test_fraction", frac) != frac:
+                raise ValueError(f"data.test_fraction = {frac} but data.params.test_fraction = {params['test_fraction']}")
+        elif frac != DataSection().test_fraction:
+            raise ValueError(f"dataset {scenario.data.dataset!r} has its own test split: data.test_fraction does not apply")
+        return params
 
     def _protocol_params(self, params: Any, keys: list[KeyPair]) -> dict[str, Any]:
         """The genesis ``protocol.params``; ``sizes = "auto"`` becomes every member's local dataset size, in

@@ -1,0 +1,114 @@
+"""seed_001 (MimiC) reproduction: the scenario files, the fast subset of §6.3, the full run (slow), and the
+paper-scale scenarios' error when the dataset files are missing."""
+
+from __future__ import annotations
+
+import math
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.repro import seed001  # noqa: E402
+from benchmarks.repro._common import SCENARIOS, write_report  # noqa: E402
+from learning._availability import AvailabilityContext, parse_availability  # noqa: E402
+from learning._errors import DataError  # noqa: E402
+from learning._strategies import strategy_from_params  # noqa: E402
+from sim._engine import Simulation  # noqa: E402
+from sim._scenario import load_scenario  # noqa: E402
+
+SMALL = sorted(SCENARIOS.glob("seed001_*.toml"))
+FULL = sorted((SCENARIOS / "full").glob("seed001_*.toml"))
+
+
+def test_scenario_files_exist() -> None:
+    assert {p.name for p in SMALL} == {s.scenario for s in seed001.SCHEMES.values()}
+    assert len(FULL) == 6
+
+
+@pytest.mark.parametrize("path", SMALL + FULL, ids=lambda p: p.stem)
+def test_scenarios_build_every_method_with_the_host_schedule(path: Path) -> None:
+    """Each file validates; every compared strategy builds from its protocol.params; the strategy-owned local
+    rate equals the host schedule (seed_001 §2.7: one decaying rate on both sides)."""
+    sc = load_scenario(path)
+    params = dict(sc.protocol.params)
+    tr = sc.training
+    assert tr.schedule == "exponential"
+    assert params["lr"] == tr.lr and params["lr_gamma"] == tr.schedule_params["gamma"]
+    assert params["mu"] == 0.01 and params["variant"] == "seed001"
+    if tr.epochs:  # K = E local epochs of ceil(n_i / B) steps (§2.1 [CODE≠PAPER])
+        spc = sc.data.partition_params["samples_per_client"]
+        assert params["local_steps"] == tr.epochs * math.ceil(spc / tr.batch_size)
+    else:
+        assert params["local_steps"] == tr.steps
+    for name in seed001.METHODS.values():
+        strat = strategy_from_params(name, params)
+        assert strat.name == name
+    mimic = strategy_from_params("mimic", params)
+    for t in (1, 2, 50):
+        assert mimic.lr_at(t) == pytest.approx(max(tr.lr * tr.schedule_params["gamma"] ** (t - 1), 1e-5))
+    assert strategy_from_params("mifa", params).variant == "seed001"
+    if sc.adversary.availability:
+        labels = tuple((i % 10, (i + 1) % 10) for i in range(sc.members))
+        ctx = AvailabilityContext(members=sc.members, sizes=(1,) * sc.members, labels=labels, rounds=sc.rounds)
+        parse_availability(sc.adversary.availability, ctx)
+
+
+def test_runner_overrides_vary_scenario_and_availability_seed() -> None:
+    runs = {r.label: r for r in seed001.plan(fast=False)}
+    s1 = runs["S1-MimiC-s2"].data()
+    assert s1["seed"] == 2 and s1["adversary"]["availability"] == "bounded(tau_max=20, seed=2)"
+    assert s1["protocol"]["algorithm"] == "mimic" and s1["rounds"] == 100
+    sc = runs["S1-SCAFFOLD-s1"].data()
+    assert sc["protocol"]["algorithm"] == "scaffold" and sc["rounds"] == 50  # 100 uploads (A6)
+    assert runs["S5-FedAvg-s0"].data()["protocol"]["algorithm"] == "fedavg_uniform"
+    assert "availability" not in runs["S0-FedAvg-s1"].data().get("adversary", {})
+
+
+def test_fast_reproduction(tmp_path: Path) -> None:
+    """§6.3 A1 (S0, 10 rounds), B3's MimiC-over-FedAvg gap (S5, seed 0, 100 rounds), A5, A6 through the simulator."""
+    report = seed001.reproduce(tmp_path, fast=True, workers=2)
+    path = write_report(tmp_path, report)
+    failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
+    assert not failed, failed
+    assert {c.name for c in report.claims} == {"A1", "B3a (1 seed)", "A5", "A6"}
+    assert all(r.verified for r in report.runs.values()), [r.verify_line for r in report.runs.values()]
+    assert report.ok and "Verdict: PASS" in path.read_text()
+    assert (tmp_path / "accuracy_S5.png").is_file()
+
+
+@pytest.mark.slow
+def test_full_reproduction(tmp_path: Path) -> None:
+    """The whole §6 reproduction (75 simulations, about 10 minutes on 2 cores): A1, A5, A6, B1-B7."""
+    report = seed001.reproduce(tmp_path, fast=False, workers=2)
+    write_report(tmp_path, report)
+    failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
+    assert not failed, failed
+    assert report.ok
+
+
+@pytest.mark.parametrize("path", FULL, ids=lambda p: p.stem)
+def test_full_scale_scenario_without_data_names_the_missing_files(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The paper-scale scenarios read data/<dataset>/ relative to the working directory; without the files the
+    simulation refuses to start with a DataError naming the directory and every expected file."""
+    monkeypatch.chdir(tmp_path)  # an empty working directory: data/... does not exist
+    with open(path, "rb") as f:
+        root = tomllib.load(f)["data"]["params"]["root"]
+    with pytest.raises(DataError) as info:
+        Simulation(load_scenario(path))
+    msg = str(info.value)
+    assert root in msg and "never download" in msg
+    expected = (
+        ("data_batch_1.bin", "data_batch_5.bin", "test_batch.bin")
+        if "cifar10" in path.stem
+        else ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    )
+    for name in expected:
+        assert name in msg
