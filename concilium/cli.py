@@ -186,6 +186,14 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         from node.reexec import reexecutor_for
 
         rx = None if args.reexec == "no" or args.no_blobs else reexecutor_for(genesis)
+        if rx is None and args.reexec != "no" and not args.no_blobs:
+            # a strategy that scores models on a public split (Sself): rebuild it from the results folder's
+            # scenario.toml, if this ledger is a simulation's
+            from sim import public_eval_for_ledger
+
+            public = public_eval_for_ledger(Path(args.path))
+            if public is not None:
+                rx = reexecutor_for(genesis, public=public)
         if args.reexec == "yes" and rx is None:
             raise CliError(
                 f"{args.path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}"

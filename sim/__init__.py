@@ -8,7 +8,7 @@ network in virtual time; :func:`run_scenario` is the main job (``concilium sim r
 from sim._engine import LivenessError, RoundMetrics, SimResult, Simulation
 from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
 from sim._rng import RngTree
-from sim._run import run_scenario, verify_ledger, write_results
+from sim._run import public_eval_for_ledger, run_scenario, verify_ledger, write_results
 from sim._scenario import Scenario, default_scenario_path, load_scenario
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "default_scenario_path",
     "demo_genesis",
     "load_scenario",
+    "public_eval_for_ledger",
     "run_scenario",
     "tensor_blob",
     "verify_ledger",

@@ -115,6 +115,8 @@ class RoundMetrics:
     """Trainers the availability model silenced this round."""
     delayed: int
     """Trainers the availability model delayed this round."""
+    diverged: int
+    """Local jobs of this round whose training produced non-finite values (nothing was sent)."""
     byzantine_accepted: int
     byzantine_trainers: int
     committee: str
@@ -347,6 +349,8 @@ class Simulation:
         self.corruptions = 0
         self.equivocations = 0
         self.busy_skipped = 0
+        self.diverged_jobs = 0
+        self._diverged_by_round: dict[int, int] = {}
         self._last_upload: dict[str, np.ndarray] = {}
         self.evidence_seen: set[bytes] = set()
         self._round_jobs: dict[int, list[tuple[str, Any]]] = {}
@@ -637,19 +641,29 @@ class Simulation:
 
     def _finish_training(self, peer: str, job: TrainJob, handle: Any) -> None:
         delta, n, client_state = handle.get()
+        if not np.isfinite(delta).all():
+            # local training diverged (e.g. a global model an attack blew up): the job fails, nothing is sent
+            self.diverged_jobs += 1
+            self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
+            return
         if job.purpose == PURPOSE_UPDATE and self.strategy is not None:
             self._pending_state[(peer, job.fl_round)] = client_state
         if peer in self.byzantine and self.update_attack is not None:
             rng = self._rng.child("attack", self.index[peer], job.fl_round).numpy()
             honest_jobs = [h for p, h in self._round_jobs.get(job.fl_round, ()) if p not in self.byzantine]
-            if self.attack_name in OMNISCIENT_ATTACKS and honest_jobs:
-                honest = np.stack([h.get()[0] for h in honest_jobs])
+            rows = [v for v in (h.get()[0] for h in honest_jobs) if np.isfinite(v).all()]
+            if self.attack_name in OMNISCIENT_ATTACKS and rows:
+                honest = np.stack(rows)
             else:
                 honest = delta[None, :]
             if getattr(self.update_attack, "needs_global_model", False):
                 delta = np.asarray(self.update_attack(honest, rng=rng, global_model=job.model), dtype=np.float32)  # type: ignore[call-arg]
             else:
                 delta = np.asarray(self.update_attack(honest, rng=rng), dtype=np.float32)
+            if not np.isfinite(delta).all():  # the attack overflowed: this Byzantine client sends nothing
+                self.diverged_jobs += 1
+                self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
+                return
         self._last_upload[peer] = delta
         self._apply(peer, self.nodes[peer].on_training_done(job, TrainResult(delta, n)))
 
@@ -711,6 +725,7 @@ class Simulation:
             stale_accepted=stale,
             unavailable=self.availability_log.get(h, (0, 0))[0],
             delayed=self.availability_log.get(h, (0, 0))[1],
+            diverged=self._diverged_by_round.pop(h, 0),
             byzantine_accepted=sum(1 for u in block.payload.updates if u.peer in self.byzantine),
             byzantine_trainers=sum(1 for t in trainers if t in self.byzantine),
             committee=" ".join(f"n{self.index[c]}" for c in block.payload.next_committee),

@@ -24,14 +24,16 @@ from typing import Any
 
 import tomli_w
 
-from ledger import audit_chain
+from ledger import LedgerError, audit_chain
 from ledger.store import open_ledger
 from node.config import dump_genesis
+from learning._errors import LearningError
+from learning._strategies import PublicEval
 from node.reexec import reexecutor_for
 from sim._engine import RoundMetrics, Simulation, SimResult
 from sim._scenario import Scenario, load_scenario
 
-__all__ = ["run_scenario", "write_results"]
+__all__ = ["public_eval_for_ledger", "run_scenario", "verify_ledger", "write_results"]
 
 
 def _plots(out: Path, res: SimResult) -> None:
@@ -119,12 +121,37 @@ def _scenario_toml(sc: Scenario) -> dict[str, Any]:
     return conv(sc)  # type: ignore[no-any-return]
 
 
-def verify_ledger(path: Path) -> tuple[bool, str]:
-    """Full audit of a results ledger, re-executing every round."""
+def public_eval_for_ledger(path: Path) -> PublicEval | None:
+    """The public-split evaluator a results ledger's strategy needs (Sself, FedAsync with the entropy filter),
+    rebuilt from the ``scenario.toml`` beside it; None if there is none or it does not describe this chain."""
+    path = Path(path)
+    scenario_file = (path.parent if path.is_file() else path).parent / "scenario.toml"
+    if not scenario_file.is_file():
+        return None
+    try:
+        scenario = load_scenario(scenario_file)
+        if not scenario.data.public_size:
+            return None
+        sim = Simulation(scenario)
+        store, _ = open_ledger(path, readonly=True, check_index=False)
+        with store:
+            same = store.genesis().hash() == sim.genesis.hash()
+    except (ValueError, OSError, LedgerError, LearningError):
+        return None
+    return sim.public_eval if same else None
+
+
+def verify_ledger(path: Path, *, public: PublicEval | None = None) -> tuple[bool, str]:
+    """Full audit of a results ledger, re-executing every round (a chain that cannot be re-executed fails)."""
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
         g = store.genesis()
-        report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=reexecutor_for(g))
+        rx = reexecutor_for(g, public=public)
+        if rx is None and public is None:
+            rx = reexecutor_for(g, public=public_eval_for_ledger(Path(path)))
+        if rx is None:
+            return False, f"FAIL: the rounds of algorithm {g.protocol.algorithm!r} cannot be re-executed here"
+        report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx)
     return report.ok, report.line()
 
 
@@ -166,5 +193,5 @@ def run_scenario(
     finally:
         if bar is not None:
             bar.close()
-    verified, verdict = verify_ledger(out / "ledger")
+    verified, verdict = verify_ledger(out / "ledger", public=sim.public_eval)
     return write_results(out, scenario, res, verdict, verified)

@@ -187,7 +187,16 @@ class Report:
         self.claims.append(Claim(name, statement, measured, bool(passed)))
 
 
-def plot_curves(path: Path, title: str, curves: Mapping[str, Sequence[float]], *, ylabel: str = "test accuracy") -> Path:
+def plot_curves(
+    path: Path,
+    title: str,
+    curves: Mapping[str, Sequence[float]],
+    *,
+    ylabel: str = "test accuracy",
+    xlabel: str = "round",
+    xs: Mapping[str, Sequence[float]] | None = None,
+) -> Path:
+    """One line per curve; ``xs`` gives a curve's x values (default 1, 2, ...)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,8 +204,9 @@ def plot_curves(path: Path, title: str, curves: Mapping[str, Sequence[float]], *
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=110)
     for name, ys in curves.items():
-        ax.plot(range(1, len(ys) + 1), ys, label=name, linewidth=1.4)
-    ax.set_xlabel("round")
+        x = list(xs[name]) if xs is not None and name in xs else list(range(1, len(ys) + 1))
+        ax.plot(x, ys, label=name, linewidth=1.4)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -1,0 +1,146 @@
+"""seed_002 (Sself) reproduction: the scenario files, the runner's plan and metrics, the fast subset of §6.3, the full
+run (slow), and the paper-scale scenarios' error when the dataset files are missing."""
+
+from __future__ import annotations
+
+import math
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.repro import seed002  # noqa: E402
+from benchmarks.repro._common import SCENARIOS, RunResult, write_report  # noqa: E402
+from learning._availability import AvailabilityContext, parse_availability  # noqa: E402
+from learning._errors import DataError  # noqa: E402
+from learning._strategies import strategy_from_params  # noqa: E402
+from sim._engine import Simulation  # noqa: E402
+from sim._scenario import load_scenario  # noqa: E402
+
+SMALL = sorted(SCENARIOS.glob("seed002_*.toml"))
+FULL = sorted((SCENARIOS / "full").glob("seed002_*.toml"))
+
+
+def test_scenario_files_exist() -> None:
+    assert {p.name for p in SMALL} == {g.scenario for g in seed002.GROUPS.values()}
+    assert {p.stem for p in FULL} == {f"seed002_{d}_{k}" for d in ("mnist", "fmnist", "cifar10")
+                                      for k in ("stragglers", "poison", "stragglers_poison")}
+
+
+@pytest.mark.parametrize("path", SMALL + FULL, ids=lambda p: p.stem)
+def test_scenarios_validate_and_time_units_fit(path: Path) -> None:
+    """Each file validates and builds its strategy and availability model; an on-time result (slowest device plus
+    the upload's latency) lands before the deadline T_d, and a d-round delay is d × T_d (seed_002 §1.2)."""
+    sc = load_scenario(path)
+    strat = strategy_from_params(sc.protocol.algorithm, dict(sc.protocol.params))
+    assert strat.name == "sself" and strat.e_th == 1.0 and strat.delta == 1.0 and strat.entropy_impl == "exact"
+    deadline_ms = sc.protocol.timeout_ticks_train * sc.protocol.tick_ms
+    assert deadline_ms == sc.compute.round_ms == seed002.T_UNIT_S * 1000
+    assert sc.compute.train_ms * (1 + sc.compute.speed_spread) + sc.network.latency_ms + sc.network.jitter_ms < deadline_ms
+    assert sc.data.public_size > 0 and sc.data.partition == "shards"
+    if sc.adversary.availability:
+        avail = parse_availability(sc.adversary.availability, AvailabilityContext(
+            members=sc.members, sizes=(1,) * sc.members, labels=((0,),) * sc.members, rounds=sc.rounds))
+        assert avail.max_delay <= strat.max_staleness == 2
+    else:
+        assert strat.max_staleness == 0
+    if sc.adversary.byzantine:
+        assert sc.adversary.byzantine == sc.members // 5  # r = 0.2 (§3.1)
+
+
+def test_plan_replaces_strategy_params_and_times_wait() -> None:
+    runs = {r.label: r for r in seed002.plan(fast=False)}
+    assert len(runs) == 3 * sum(len(g.schemes) for g in seed002.GROUPS.values())
+    wait = runs["R4-MP-wait-RFA-s2"].data()
+    assert wait["protocol"]["algorithm"] == "fedavg_stragglers" and wait["protocol"]["params"] == {
+        "clients": 10, "aggregator": "rfa"}
+    assert wait["protocol"]["timeout_ticks_train"] == seed002.WAIT_TICKS and wait["rounds"] == seed002.WAIT_ROUNDS
+    assert wait["seed"] == 2 and wait["data"]["params"]["seed"] == 2
+    assert wait["adversary"]["attack"] == "model_scaling(factor=-10.0)"
+    assert wait["adversary"]["availability"].startswith("stragglers(")
+    lf = runs["R2-MP-Sself-compat-s1"].data()
+    assert lf["adversary"] == {"byzantine": 4, "attack": "model_scaling(factor=-10.0)", "data_attack": ""}
+    flip = runs["R4-LF-FedAsync-ELF-s0"].data()
+    assert flip["adversary"]["data_attack"] == "label_flip(num_classes=10)" and flip["adversary"]["attack"] == ""
+    assert flip["protocol"]["params"]["filter"] is True and flip["protocol"]["algorithm"] == "fedasync"
+    assert lf["protocol"]["params"]["entropy_impl"] == "naive_float32" and lf["protocol"]["params"]["gamma"] == 1.0
+    assert "availability" not in lf["adversary"]
+    clean = runs["R2-clean-FedAvg-s0"].data()
+    assert clean["adversary"]["byzantine"] == 0 and clean["rounds"] == seed002.ROUNDS
+    r1 = runs["R1-semi-FedAvg-s0"].data()["protocol"]["params"]
+    semi = strategy_from_params("sself", r1)
+    assert semi.gamma == 0.5 and semi.delta == 0.0 and not semi.filter and not semi.needs_public
+    for r in runs.values():  # every run's file and overrides validate
+        d = r.data()
+        strategy_from_params(d["protocol"]["algorithm"], d["protocol"]["params"])
+
+
+def _result(points: list[tuple[float, float]]) -> RunResult:
+    rows = [{"virtual_time_s": str(2.0 * t), "accuracy": str(a)} for t, a in points]
+    return RunResult(label="x", rows=rows, records=[], verified=True, verify_line="", wall_s=0.0, out=Path("."))
+
+
+def test_time_metrics() -> None:
+    """§6.1: AUC = mean over τ = 1..30 of the latest accuracy by τ (0.1 before the first round); acc = mean of the
+    last 3 evaluations within the budget; a round's commit latency (< GRACE) counts for the unit it closes."""
+    deadline = _result([(k + 0.035, 0.5) for k in range(1, 31)])  # 30 rounds, 70 ms commit each
+    assert seed002.auc_time(deadline) == pytest.approx(0.5)
+    wait = _result([(2.97 * k, 0.05 * k) for k in range(1, 12)])  # ~3 units a round: 10 rounds by τ = 30
+    curve = seed002.time_curve(wait)
+    assert curve[:5] == [0.1, 0.1, 0.05, 0.05, 0.05] and curve[5] == 0.1 and curve[29] == 0.5
+    # rounds k = 1..9 are the latest for 3 units each (from τ = 3k), round 10 for τ = 30; 2 units of 0.1 first
+    assert seed002.auc_time(wait) == pytest.approx((0.2 + 0.05 * (3 * sum(range(1, 10)) + 10)) / 30)
+    assert seed002.acc_time(wait) == pytest.approx(0.05 * (8 + 9 + 10) / 3)  # round 11 (32.7 units) is over budget
+    stopped = _result([(1.0, 0.4), (2.0, 0.1)])  # a diverged run keeps its last model
+    assert seed002.auc_rounds(stopped, 4) == pytest.approx((0.4 + 0.1 * 3) / 4)
+    assert math.isnan(seed002.acc_rounds(_result([])))
+
+
+def test_fast_reproduction(tmp_path: Path) -> None:
+    """R2 model poisoning (seed 0, 12 rounds): FedAvg collapses, Sself does not (§6.3 A8 a, b); the −10·w models are
+    over-confident and lose on F_pub (D1, D2); every R1 Sself block equals the independent recomputation (W1)."""
+    report = seed002.reproduce(tmp_path, fast=True, workers=2)
+    path = write_report(tmp_path, report)
+    failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
+    assert not failed, failed
+    assert {c.name for c in report.claims} == {"A8-fasta", "A8-fastb", "D1", "D2", "W1"}
+    assert all(r.verified and "rounds re-executed" in r.verify_line for r in report.runs.values())
+    assert report.ok and "Verdict: PASS" in path.read_text()
+    assert (tmp_path / "accuracy_R2-MP.png").is_file()
+
+
+@pytest.mark.slow
+def test_full_reproduction(tmp_path: Path) -> None:
+    """The whole §6 reproduction without R3 (78 simulations): A1-A8, A11, A12, B1-B3, D1-D3, W1."""
+    report = seed002.reproduce(tmp_path, fast=False, workers=2)
+    write_report(tmp_path, report)
+    failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
+    assert not failed, failed
+    assert report.ok
+
+
+@pytest.mark.parametrize("path", FULL, ids=lambda p: p.stem)
+def test_full_scale_scenario_without_data_names_the_missing_files(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The paper-scale scenarios read data/<dataset>/ relative to the working directory; without the files the
+    simulation refuses to start with a DataError naming the directory and every expected file."""
+    monkeypatch.chdir(tmp_path)  # an empty working directory: data/... does not exist
+    with open(path, "rb") as f:
+        root = tomllib.load(f)["data"]["params"]["root"]
+    with pytest.raises(DataError) as info:
+        Simulation(load_scenario(path))
+    msg = str(info.value)
+    assert root in msg and "never download" in msg
+    expected = (
+        ("data_batch_1.bin", "data_batch_5.bin", "test_batch.bin")
+        if "cifar10" in path.stem
+        else ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    )
+    for name in expected:
+        assert name in msg
