@@ -75,6 +75,7 @@ class _JobSpec:
     client_state: bytes | None
     lr: float
     strategy_side: bool
+    poisoned: bool = False
 
 
 class _Ready:
@@ -271,15 +272,25 @@ class Simulation:
         self.byzantine = frozenset(outside[: scenario.adversary.byzantine])
         self.update_attack = parse_update_attack(scenario.adversary.attack) if scenario.adversary.attack else None
         self.attack_name = scenario.adversary.attack.split("(")[0].strip()
+        self.per_round = scenario.adversary.per_round
+        self._byzantine_rounds: dict[int, frozenset[str]] = {}
+        self.poisoned_data: dict[int, Dataset] = {}
+        """Member index → its data with the data attack applied (the fixed Byzantine set; every member for a
+        per-round adversary, which poisons a client's data only in the rounds it controls that client)."""
         if scenario.adversary.data_attack:
             da = parse_data_attack(scenario.adversary.data_attack)
-            for pid in sorted(self.byzantine):
+            victims = sorted(self.byzantine) if not self.per_round else list(self.peers_sorted_by_index(keys))
+            for pid in victims:
                 i = self.index[pid]
                 d = self.client_data[i]
                 x, y = da.transform(d.x, d.y, rng=self._rng.child("data-attack", i).numpy())
-                self.client_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+                self.poisoned_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+            if not self.per_round:
+                for i, d in self.poisoned_data.items():
+                    self.client_data[i] = d
         if self.trainer.device.type != "cpu":  # data lives where the model trains (minibatch indices stay CPU-seeded)
             self.client_data = [d.to(self.trainer.device) for d in self.client_data]
+            self.poisoned_data = {i: d.to(self.trainer.device) for i, d in self.poisoned_data.items()}
             self.test = self.test.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
         # --- the strategy's client side (coordinator mode), availability, public split
@@ -404,6 +415,25 @@ class Simulation:
                     raise ValueError(f"fault target member:{i} does not exist ({self.sc.members} members)")
                 out.append((self.peers_by_index(i), f))
         return out
+
+    @staticmethod
+    def peers_sorted_by_index(keys: list[KeyPair]) -> list[str]:
+        return [k.peer_id for k in keys]
+
+    def is_byzantine(self, peer: str, fl_round: int) -> bool:
+        """Does the adversary control ``peer``'s job of ``fl_round``?"""
+        if not self.per_round:
+            return peer in self.byzantine
+        return peer in self._byzantine_rounds.get(fl_round, ())
+
+    def _corrupt_round(self, peer: str, fl_round: int) -> None:
+        """Per-round adversary: on the round's first job, choose exactly ``per_round`` of its sampled clients."""
+        if not self.per_round or fl_round in self._byzantine_rounds:
+            return
+        sampled = sorted(self.nodes[peer].status().trainers, key=lambda p: self.index[p])
+        rng = self._rng.child("byzantine", fl_round).numpy()
+        pick = rng.permutation(len(sampled))[: min(self.per_round, len(sampled))]
+        self._byzantine_rounds[fl_round] = frozenset(sampled[int(j)] for j in pick)
 
     def peers_by_index(self, i: int) -> str:
         return next(p for p, j in self.index.items() if j == i)
@@ -562,9 +592,9 @@ class Simulation:
             )
         return out.get(self.index[peer], 0)
 
-    def _local_train(self, i: int, fl_round: int, purpose: str) -> Any:
+    def _local_train(self, i: int, fl_round: int, purpose: str, poisoned: bool = False) -> Any:
         """The host's ``LocalTrain`` for one job: real PyTorch training on member ``i``'s data, seeded per job."""
-        data = self.client_data[i]
+        data = self.poisoned_data[i] if poisoned else self.client_data[i]
 
         def train(
             model: np.ndarray,
@@ -599,7 +629,7 @@ class Simulation:
 
     def _run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
         """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``."""
-        train = self._local_train(spec.index, spec.fl_round, spec.purpose)
+        train = self._local_train(spec.index, spec.fl_round, spec.purpose, spec.poisoned)
         if spec.strategy_side:
             assert self.strategy is not None
             up = self.strategy.local_update(
@@ -623,6 +653,8 @@ class Simulation:
         outcome = self._availability_outcome(peer, job)
         if outcome == DROPPED:
             return
+        if job.purpose == PURPOSE_UPDATE:
+            self._corrupt_round(peer, job.fl_round)
         spec = _JobSpec(
             index=self.index[peer],
             fl_round=job.fl_round,
@@ -632,6 +664,8 @@ class Simulation:
             client_state=self._client_state.get(peer),
             lr=float(self.schedule(job.fl_round - 1)),
             strategy_side=self.strategy is not None and job.purpose == PURPOSE_UPDATE,
+            poisoned=bool(self.per_round) and job.purpose == PURPOSE_UPDATE and self.is_byzantine(peer, job.fl_round)
+            and self.index[peer] in self.poisoned_data,
         )
         handle = _Ready(self._run_job(spec))
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
@@ -648,9 +682,9 @@ class Simulation:
             return
         if job.purpose == PURPOSE_UPDATE and self.strategy is not None:
             self._pending_state[(peer, job.fl_round)] = client_state
-        if peer in self.byzantine and self.update_attack is not None:
+        if self.update_attack is not None and self.is_byzantine(peer, job.fl_round):
             rng = self._rng.child("attack", self.index[peer], job.fl_round).numpy()
-            honest_jobs = [h for p, h in self._round_jobs.get(job.fl_round, ()) if p not in self.byzantine]
+            honest_jobs = [h for p, h in self._round_jobs.get(job.fl_round, ()) if not self.is_byzantine(p, job.fl_round)]
             rows = [v for v in (h.get()[0] for h in honest_jobs) if np.isfinite(v).all()]
             if self.attack_name in OMNISCIENT_ATTACKS and rows:
                 honest = np.stack(rows)
@@ -726,8 +760,8 @@ class Simulation:
             unavailable=self.availability_log.get(h, (0, 0))[0],
             delayed=self.availability_log.get(h, (0, 0))[1],
             diverged=self._diverged_by_round.pop(h, 0),
-            byzantine_accepted=sum(1 for u in block.payload.updates if u.peer in self.byzantine),
-            byzantine_trainers=sum(1 for t in trainers if t in self.byzantine),
+            byzantine_accepted=sum(1 for u in block.payload.updates if self.is_byzantine(u.peer, u.fl_round)),
+            byzantine_trainers=sum(1 for t in trainers if self.is_byzantine(t, h)),
             committee=" ".join(f"n{self.index[c]}" for c in block.payload.next_committee),
             proposer=f"n{self.index[block.header.proposer]}",
             evidence=len(block.payload.evidence),

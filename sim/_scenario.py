@@ -279,9 +279,16 @@ class AdversaryConfig:
     availability: str = ""
     """Availability model spec (``learning.parse_availability``), e.g. ``"eps_adversarial(eps=0.5)"``,
     ``"bounded(tau_max=20)"``, ``"stragglers(max_delay=2)"``; empty = every sampled client responds."""
+    per_round: int = 0
+    """A mobile adversary instead of a fixed set: in every round exactly this many of the sampled clients
+    (a seeded choice) run the attack for that round's job (seed_002 §3.1: "exactly round(rK) adversaries per
+    round"); needs ``byzantine = 0``."""
 
     def __post_init__(self) -> None:
         _check(self.byzantine >= 0, "byzantine must be >= 0")
+        _check(self.per_round >= 0, "per_round must be >= 0")
+        _check(self.per_round == 0 or self.byzantine == 0, "give either byzantine (a fixed set) or per_round, not both")
+        _check(self.per_round == 0 or bool(self.attack or self.data_attack), "per_round adversaries need an attack")
         _check(self.byzantine == 0 or bool(self.attack or self.data_attack), "byzantine clients need an attack")
 
 
