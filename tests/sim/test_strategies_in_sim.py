@@ -84,3 +84,13 @@ def test_semi_synchronous_fedasync_takes_stale_updates_from_stragglers(tmp_path)
     # a synchronous strategy drops the same late updates
     sync = Simulation(_scenario("fedavg", {"clients": 6}, rounds=8, availability="stragglers(max_delay=2, seed=1)")).run()
     assert sum(m.stale_accepted for m in sync.rounds) == 0 and sum(m.rejected for m in sync.rounds) > 0
+
+
+def test_a_per_round_adversary_controls_exactly_that_many_sampled_clients_each_round():
+    sc = _scenario("fedavg", {"clients": 8}, rounds=4, members=12)
+    adv = dataclasses.replace(sc.adversary, per_round=2, data_attack="label_flip(num_classes=10)")
+    res = Simulation(dataclasses.replace(sc, adversary=adv)).run()
+    assert [m.byzantine_trainers for m in res.rounds] == [2, 2, 2, 2]
+    assert res.byzantine == ()  # no fixed Byzantine set
+    clean = Simulation(sc).run()
+    assert res.head_hash != clean.head_hash  # the poisoned jobs changed the updates
