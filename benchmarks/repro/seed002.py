@@ -92,10 +92,12 @@ R4_FILE = "seed002_stragglers_poison.toml"
 
 ATTACKS: dict[str, dict[str, Any]] = {
     "clean": {"byzantine": 0, "attack": "", "data_attack": ""},
-    "LF": {"byzantine": 4, "attack": "", "data_attack": "label_flip(num_classes=10)"},
+    "LF": {"byzantine": 0, "per_round": 2, "attack": "", "data_attack": "label_flip(num_classes=10)"},
     "MP": {"byzantine": 4, "attack": "model_scaling(factor=-10.0)", "data_attack": ""},
 }
-"""§3.2 label flip y → (y + 1) mod 10; §3.3 model poisoning, send −10 × the trained model; r·N = 4 of 20."""
+"""§3.2 label flip y → (y + 1) mod 10: exactly round(r·K) = 2 of the K = 10 sampled clients per round (§3.1's
+placement; the simulator's per-round adversary). §3.3 model poisoning, send −10 × the trained model: a fixed set
+of r·N = 4 of 20 (sampled like everyone, 2 per round on average), so the diagnostics can name its uploads."""
 
 
 def _sself(gamma: float, *, impl: str = "exact", staleness: int = 2, **extra: Any) -> dict[str, Any]:
