@@ -193,6 +193,12 @@ class Simulation:
         self._on_round = on_round
         self._wall0 = time.perf_counter()
         torch.set_num_threads(1)
+        try:  # one BLAS thread too: small aggregation kernels are many times slower oversubscribed on 2 cores
+            from threadpoolctl import threadpool_limits  # noqa: PLC0415 (comes with scikit-learn)
+
+            threadpool_limits(1)
+        except ImportError:  # pragma: no cover
+            pass
         # --- data, model, trainer
         splits = dataset_spec(scenario.data.dataset, self._dataset_params(scenario)).load()
         if scenario.data.public_size:
@@ -296,7 +302,7 @@ class Simulation:
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = None
         if p.mode != "committee":
-            self.strategy = strategy_from_params(p.algorithm, dict(p.params))
+            self.strategy = strategy_from_params(p.algorithm, dict(self.genesis.protocol.params))
         self.public_eval = None
         if self.strategy is not None and self.strategy.needs_public:
             if self.public_data is None:
