@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 _GRAM_BLOCK = 16384  # columns per float64 block of the Gram matrix (n x 16384 x 8 bytes)
-_SUM_BLOCK = 32768  # columns per float64 accumulator block of linear combinations
+_SUM_BLOCK = 65536  # columns per float64 accumulator block of linear combinations (512 KiB, in L2)
 _SORT_BLOCK = 4096  # columns per transposed block of the coordinate-wise (sorting) rules
 _NORM_BLOCK = 2048  # columns per block of the row norms (reduced in the input precision, then summed in float64)
 
@@ -230,22 +230,27 @@ def _sq_norms(x: np.ndarray) -> np.ndarray:
     """Row squared norms ``‖x_i‖²`` (numpy's einsum loop, no BLAS), as float64.
 
     Each block of ``_NORM_BLOCK`` columns is reduced in the input precision (einsum's SIMD accumulators) and the
-    block sums are accumulated in float64: relative error ~1e-8 for float32 input, at half the cost of
-    converting the stack to float64 first.
+    block sums are accumulated in float64, in block order: relative error ~1e-8 for float32 input, at half the
+    cost of converting the stack to float64 first. A thread's whole range of blocks is one einsum call over an
+    ``(n, blocks, _NORM_BLOCK)`` view (the same inner loop per block, without a Python-level call per block).
     """
     n, d = x.shape
     blocks = -(-d // _NORM_BLOCK)
     parts = np.empty((blocks, n), dtype=np.float64)
 
     def work(j0: int, j1: int) -> None:
-        for b0 in range(j0, j1, _NORM_BLOCK):
-            blk = x[:, b0 : min(j1, b0 + _NORM_BLOCK)]
-            parts[b0 // _NORM_BLOCK] = np.einsum("ij,ij->i", blk, blk)
+        full = (j1 - j0) // _NORM_BLOCK
+        b0 = j0 // _NORM_BLOCK
+        if full:
+            view = x[:, j0 : j0 + full * _NORM_BLOCK].reshape(n, full, _NORM_BLOCK)  # splits an axis: a view
+            parts[b0 : b0 + full] = np.einsum("ijk,ijk->ji", view, view)
+        if j0 + full * _NORM_BLOCK < j1:  # the last, partial block of the matrix
+            tail = x[:, j0 + full * _NORM_BLOCK : j1]
+            parts[b0 + full] = np.einsum("ij,ij->i", tail, tail)
 
     parallel_ranges(work, d, align=_NORM_BLOCK, cost=x.size)
-    out = np.zeros(n, dtype=np.float64)
-    for b in range(blocks):  # block partial sums added in a fixed order
-        out += parts[b]
+    out = np.empty(n, dtype=np.float64)
+    _column_sums(parts, out)  # block partial sums added in block order
     for i in np.flatnonzero(~np.isfinite(out)):
         # float32 squares overflow above ~1.8e19 (or the row holds a NaN/Inf): redo the row in float64.
         row = x[i].astype(np.float64)
@@ -298,10 +303,33 @@ def _distances_to_combination(g: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.sqrt(sq)
 
 
-def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: float = 1.0) -> np.ndarray:
-    """``(Σ_k coef[k] · x[rows[k]]) / divisor`` accumulated in float64 in the order of ``rows``.
+def _column_sums(src: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = Σ_i src[i, j]`` in float64, each column summed row by row (``src`` is an ``(m, w)`` view).
 
-    ``coef=None`` means all coefficients are 1 (a plain sum). The result has ``x``'s dtype.
+    One ``np.add.reduce`` over axis 0: numpy adds whole rows into the accumulator, converting each float32 row
+    to float64 in its buffer, so every column is summed in row order -- except for a single column (``w = 1``),
+    which numpy would sum pairwise; that column is summed with ``np.add.accumulate`` (sequential by definition)
+    so the order never depends on where a block ends.
+    """
+    if src.shape[1] == 1:
+        out[0] = np.add.accumulate(src[:, 0], dtype=np.float64)[-1]
+    else:
+        np.add.reduce(src, axis=0, dtype=np.float64, out=out)
+
+
+def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: float = 1.0) -> np.ndarray:
+    """``(Σ_k coef[k] · x[rows[k]]) / divisor`` accumulated in float64 in the order of ``rows``; ``x``'s dtype out.
+
+    ``coef=None`` means all coefficients are 1 (a plain sum). Every coordinate is summed sequentially,
+    ``((t_0 + t_1) + t_2) + …`` with ``t_k = coef[k] · x[rows[k]]`` computed in float64 (one rounding; exact when
+    ``coef[k] = 1``, which skips the multiplication), then divided by ``divisor`` and rounded once to ``x``'s dtype.
+    The leading run of consecutive rows with unit coefficients (all rows, for the plain mean) is summed by one
+    :func:`_column_sums` call, which converts and adds in a single numpy loop -- the same order, so the plain mean
+    gives the bytes of ``np.mean(x.astype(np.float64), axis=0).astype(x.dtype)`` (``d > 1``) without the float64
+    copy; the other rows are added one by one. Every column goes through the same operations wherever its block
+    starts or ends, so the columns are split evenly over the kernel threads and processed in blocks of
+    :data:`_SUM_BLOCK` (a float64 accumulator that stays in a core's L2 cache): the bytes depend on neither the
+    thread count nor the block size.
     """
     d = x.shape[1]
     out = np.empty(d, dtype=x.dtype)
@@ -309,8 +337,11 @@ def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: 
     if rows.size == 0:
         out[:] = 0.0
         return out
-
-    all_rows = rows.size == x.shape[0] and bool((rows == np.arange(rows.size)).all())
+    terms = [(int(r), None if coef is None or coef[k] == 1.0 else np.float64(coef[k])) for k, r in enumerate(rows)]
+    lead = 1  # rows[:lead] = rows[0], rows[0] + 1, ... with unit coefficients: one reduction
+    while lead < len(terms) and terms[lead] == (terms[0][0] + lead, None) and terms[0][1] is None:
+        lead += 1
+    first = terms[0][0]
 
     def work(c0: int, c1: int) -> None:
         acc_buf = np.empty(min(c1 - c0, _SUM_BLOCK), dtype=np.float64)
@@ -318,23 +349,25 @@ def _combine(x: np.ndarray, rows: np.ndarray, coef: np.ndarray | None, divisor: 
         for j0 in range(c0, c1, _SUM_BLOCK):
             j1 = min(c1, j0 + _SUM_BLOCK)
             acc = acc_buf[: j1 - j0]
-            if coef is None and all_rows:  # the same row-by-row order as the loop below, in one ufunc call
-                np.add.reduce(x[:, j0:j1], axis=0, dtype=np.float64, out=acc)
-            elif coef is None:
-                np.copyto(acc, x[rows[0], j0:j1])
-                for r in rows[1:]:
-                    np.add(acc, x[r, j0:j1], out=acc)
+            if terms[0][1] is not None:
+                np.multiply(x[first, j0:j1], terms[0][1], out=acc)
+            elif lead == 1:
+                np.copyto(acc, x[first, j0:j1])
             else:
-                tmp = tmp_buf[: j1 - j0]
-                np.multiply(x[rows[0], j0:j1], coef[0], out=acc)
-                for r, c in zip(rows[1:], coef[1:], strict=True):
+                _column_sums(x[first : first + lead, j0:j1], acc)
+            for r, c in terms[lead:]:
+                if c is None:
+                    np.add(acc, x[r, j0:j1], out=acc)  # the float32 row is converted in numpy's buffer
+                else:
+                    tmp = tmp_buf[: j1 - j0]
                     np.multiply(x[r, j0:j1], c, out=tmp)
                     np.add(acc, tmp, out=acc)
-            if divisor != 1.0:
-                np.divide(acc, divisor, out=acc)
-            out[j0:j1] = acc
+            if divisor != 1.0:  # divide and round to x's dtype in one pass
+                np.divide(acc, divisor, out=out[j0:j1], casting="same_kind")
+            else:
+                out[j0:j1] = acc
 
-    parallel_ranges(work, d, align=_SUM_BLOCK, cost=rows.size * d)
+    parallel_ranges(work, d, align=1024, cost=rows.size * d)  # balanced pieces; blocks restart in each piece
     return out
 
 

@@ -413,8 +413,10 @@ class Chain:
             x, w = stage._apply(x, w, rng)  # type: ignore[attr-defined]
         if scale is not None:
             if isinstance(self.final, Mean):
-                coef = scale / x.shape[0] if w is None else scale * w
-                return _combine(x, np.arange(x.shape[0]), coef)
+                # Unweighted: (Σ_i s_i x_i) / n; unclipped rows (s_i = 1) are added without a multiplication.
+                if w is None:
+                    return _combine(x, np.arange(x.shape[0]), scale, float(x.shape[0]))
+                return _combine(x, np.arange(x.shape[0]), scale * w)
             x = _scale_rows(x, scale)
         return self.final._aggregate(x, w, rng)  # type: ignore[attr-defined]
 

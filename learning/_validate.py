@@ -106,6 +106,7 @@ def _available_cpus() -> int:
 #: Worker threads used by the column-parallel kernels (at most 4; 1 disables threading).
 WORKERS = max(1, min(4, _available_cpus()))
 _MIN_PARALLEL = 1 << 17  # elements below which a kernel runs in the calling thread
+_PIECES_PER_WORKER = 4  # pieces of a parallel kernel per thread (dynamic balancing, see parallel_ranges)
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
@@ -131,22 +132,46 @@ if hasattr(os, "register_at_fork"):
 
 
 def parallel_ranges(work: Callable[[int, int], None], total: int, /, *, align: int = 1, cost: int = 0) -> None:
-    """Run ``work(start, stop)`` over a partition of ``range(total)`` into at most :data:`WORKERS` pieces.
+    """Run ``work(start, stop)`` over a partition of ``range(total)``, on up to :data:`WORKERS` threads.
 
-    Piece boundaries are multiples of ``align`` (so blocked kernels keep their block boundaries). ``cost`` is the
-    number of elements touched; small jobs run inline. ``work`` must write disjoint outputs and compute each
-    output element independently of the partition. Exceptions propagate.
+    The range is cut into about ``_PIECES_PER_WORKER`` pieces per thread, with boundaries at multiples of
+    ``align`` (so blocked kernels keep their block boundaries); the calling thread and the pool threads take
+    pieces from a shared queue until none is left. A core that another process keeps busy therefore delays a
+    kernel by about one piece rather than by half of the work (a static split waits for its slowest half).
+    ``cost`` is the number of elements touched; small jobs run inline. ``work`` must write disjoint outputs and
+    compute each output element independently of the partition (then neither the thread count nor which thread
+    ran which piece changes the bytes). Exceptions propagate (the first one; the other threads stop taking pieces).
     """
     workers = WORKERS if max(cost, total) >= _MIN_PARALLEL else 1
-    step = -(-total // workers)
+    if workers <= 1:
+        work(0, total)
+        return
+    step = -(-total // (workers * _PIECES_PER_WORKER))
     step = -(-step // align) * align
     pieces = [(j, min(total, j + step)) for j in range(0, total, max(step, 1))]
     if len(pieces) <= 1:
         work(0, total)
         return
-    futures = [_executor().submit(work, j0, j1) for j0, j1 in pieces[1:]]
+    queue = iter(pieces)
+    lock = threading.Lock()
+    failed = False
+
+    def run() -> None:
+        nonlocal failed
+        while True:
+            with lock:
+                piece = None if failed else next(queue, None)
+            if piece is None:
+                return
+            try:
+                work(*piece)
+            except BaseException:
+                failed = True
+                raise
+
+    futures = [_executor().submit(run) for _ in range(min(workers, len(pieces)) - 1)]
     try:
-        work(*pieces[0])
+        run()
     finally:
         for fut in futures:
             fut.result()

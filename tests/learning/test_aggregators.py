@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from learning import _aggregators
 from learning._aggregators import (
     CenteredClipping,
     CoordinateWiseMedian,
@@ -106,6 +107,53 @@ def test_mean_float32_accumulates_in_float64() -> None:
     out = Mean()(x, rng=rng())
     assert out.dtype == np.float32
     assert out[0] == np.float32((2.0**24 + 7) / 8)
+
+
+def test_mean_float32_is_numpys_float64_mean_rounded_once_for_any_threads_and_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # d spans several accumulator blocks and ends in a one-column block; magnitudes span 2^±30. numpy's float64
+    # mean over axis 0 adds whole rows in order, so the blocked, threaded kernel must give exactly its bytes.
+    import learning._validate as validate_module
+
+    d = 2 * _aggregators._SUM_BLOCK + 1
+    g = np.random.default_rng(21)
+    x = (g.standard_normal((9, d)) * np.exp2(g.integers(-30, 31, (9, d)))).astype(np.float32)
+    expected = np.mean(x.astype(np.float64), axis=0).astype(np.float32)
+    for workers, block in itertools.product((1, 2, 3), (_aggregators._SUM_BLOCK, 4097, 5)):
+        monkeypatch.setattr(validate_module, "WORKERS", workers)
+        monkeypatch.setattr(_aggregators, "_SUM_BLOCK", block)  # one-column blocks inside the range too
+        np.testing.assert_array_equal(Mean()(x, rng=rng()), expected)
+
+
+@pytest.mark.parametrize("d", [1, 2, _aggregators._SUM_BLOCK + 1])
+def test_mean_sums_each_column_in_row_order_wherever_its_block_ends(d: int) -> None:
+    # In row order each 100 is absorbed by 2^60 (half an ulp is 128) and the column sums to 0; a pairwise sum
+    # (numpy's choice when a reduction has a single column) adds the 100s together first and returns 1536.
+    col = np.array([2.0**60] + [100.0] * 14 + [-(2.0**60)], dtype=np.float32)
+    x = np.zeros((16, d), dtype=np.float32)
+    x[:, -1] = col
+    x[:, 0] = col
+    out = Mean()(x, rng=rng())
+    assert out[0] == 0.0 and out[-1] == 0.0
+
+
+def test_combine_is_the_sequential_float64_sum_for_any_threads_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A leading run of unit coefficients (rows 3-4, one reduction), then scaled and unit rows out of order: the
+    # bytes of the row-by-row float64 sum of coef[k] * x[rows[k]], divided once and rounded once.
+    import learning._validate as validate_module
+
+    d = _aggregators._SUM_BLOCK + 3
+    x = (np.random.default_rng(22).standard_normal((10, d)) * 3).astype(np.float32)
+    rows = np.array([3, 4, 5, 0, 7, 8, 9])
+    coef = np.array([1.0, 1.0, 0.25, 1.0, 1.0, 1.0, -2.5])
+    expected = ((coef[:, None] * x[rows].astype(np.float64)).sum(axis=0) / 3.0).astype(np.float32)
+    for workers, block in itertools.product((1, 2), (_aggregators._SUM_BLOCK, 5)):
+        monkeypatch.setattr(validate_module, "WORKERS", workers)
+        monkeypatch.setattr(_aggregators, "_SUM_BLOCK", block)
+        out = _aggregators._combine(x, rows, coef, 3.0)
+        assert out.dtype == np.float32
+        np.testing.assert_array_equal(out, expected)
 
 
 # --- coordinate-wise rules -------------------------------------------------------------------------------------

@@ -184,6 +184,33 @@ def test_arc_byzfl_docstring_example() -> None:
     np.testing.assert_array_equal(out[:2], x[:2])
 
 
+def test_arc_into_mean_is_the_float64_mean_of_the_clipped_rows_for_any_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fused path adds the rows in order, the clipped ones scaled in float64, and divides once by n: the bytes
+    # of the float64 mean of the clipped rows (same factors) rounded once, for any number of kernel threads.
+    import learning._aggregators as aggregators_module
+    import learning._validate as validate_module
+
+    n, f = 12, 3
+    d = 2 * aggregators_module._SUM_BLOCK + 1
+    x = (stack(n, d, seed=31, outliers=3) * 0.2).astype(np.float32)
+    x[7] *= 3  # a clipped row between unclipped runs (k = 4: rows 0-2 and 7)
+    x64 = x.astype(np.float64)
+    norms = np.linalg.norm(x64, axis=1)
+    k = 2 * f * (n - f) // n
+    threshold = np.sort(norms)[::-1][k]
+    assert list(np.flatnonzero(norms > threshold)) == [0, 1, 2, 7]
+    # The factors as the rule computes them (its norms are float32 blocks summed in float64, ~1e-8 relative).
+    scale = ARC(f=f)._row_scale(aggregators_module._sq_norms(x))
+    np.testing.assert_allclose(scale, np.minimum(1.0, threshold / norms), rtol=1e-7)
+    expected = ((scale[:, None] * x64).sum(axis=0) / n).astype(np.float32)
+    chain = parse_aggregator(f"arc(f={f}) > mean")
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(validate_module, "WORKERS", workers)
+        np.testing.assert_array_equal(chain(x, rng=rng()), expected)
+
+
 def test_arc_f0_is_identity() -> None:
     x = stack(5, 3, seed=8)
     np.testing.assert_array_equal(ARC(f=0)(x, rng=rng()), x)

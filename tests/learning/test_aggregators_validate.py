@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -146,3 +148,50 @@ def test_aggregators_reject_bad_updates_before_aggregating(spec: str) -> None:
 def test_error_hierarchy() -> None:
     assert issubclass(InvalidUpdateError, LearningError) and issubclass(InvalidUpdateError, ValueError)
     assert issubclass(ConfigError, ValueError)
+
+
+# --- the kernels' thread helper --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_parallel_ranges_covers_the_range_once_in_aligned_pieces(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    import threading
+
+    import learning._validate as validate_module
+
+    monkeypatch.setattr(validate_module, "WORKERS", workers)
+    seen: list[tuple[int, int]] = []
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def work(j0: int, j1: int) -> None:
+        with lock:
+            seen.append((j0, j1))
+            threads.add(threading.get_ident())
+
+    total = 300_001
+    validate_module.parallel_ranges(work, total, align=1024)
+    seen.sort()
+    assert seen[0][0] == 0 and seen[-1][1] == total
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(seen))  # contiguous, no overlap, no gap
+    assert all(j0 % 1024 == 0 for j0, _ in seen)
+    assert len(seen) == (1 if workers == 1 else workers * validate_module._PIECES_PER_WORKER)
+    assert len(threads) <= workers
+    small: list[tuple[int, int]] = []
+    validate_module.parallel_ranges(lambda a, b: small.append((a, b)), 1000, align=1)  # below _MIN_PARALLEL: inline
+    assert small == [(0, 1000)]
+
+
+def test_parallel_ranges_propagates_a_failure_and_stops_handing_out_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    import learning._validate as validate_module
+
+    monkeypatch.setattr(validate_module, "WORKERS", 2)
+    calls: list[int] = []
+
+    def work(j0: int, j1: int) -> None:
+        calls.append(j0)
+        raise RuntimeError(f"piece at {j0}")
+
+    with pytest.raises(RuntimeError, match="piece at"):
+        validate_module.parallel_ranges(work, 1 << 20)
+    assert len(calls) <= 2  # one failing piece per thread at most, not all 2 * _PIECES_PER_WORKER
