@@ -94,3 +94,15 @@ def test_a_per_round_adversary_controls_exactly_that_many_sampled_clients_each_r
     assert res.byzantine == ()  # no fixed Byzantine set
     clean = Simulation(sc).run()
     assert res.head_hash != clean.head_hash  # the poisoned jobs changed the updates
+
+
+def test_a_coordinator_crashing_every_round_does_not_stop_the_chain(tmp_path):
+    from sim._scenario import FaultConfig
+
+    crash = FaultConfig(target="coordinator", kind="drop", from_round=3)  # each height's view-0 primary is down
+    sim = Simulation(_scenario("fedavg", {}, rounds=6, faults=[crash]), ledger_dir=tmp_path / "l")
+    res = sim.run()
+    assert [m.fl_round for m in res.rounds] == list(range(1, 7))
+    assert all(m.view >= 1 for m in res.rounds[2:]), [m.view for m in res.rounds]
+    ok, line = verify_ledger(tmp_path / "l")
+    assert ok, line
