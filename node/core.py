@@ -100,6 +100,7 @@ PURPOSE_REFERENCE = "reference"
 EVIDENCE_PER_BLOCK_MAX = 64
 UNSOLICITED_BLOBS_MAX = 8
 EARLY_UPDATES_MAX = 256
+EARLY_UPDATE_BYTES_MAX = 64 << 20
 DECIDED_KEPT = 16
 WANT_RETRY_TICKS = 10
 
@@ -281,6 +282,7 @@ class NodeCore:
         self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
+        self._early_bytes = 0
         self._decided: OrderedDict[int, Block] = OrderedDict()
         self._pending_decided: Block | None = None  # committed, model blob not here yet
         self._out: list[NodeEffect] = []
@@ -675,7 +677,7 @@ class NodeCore:
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
             if t < h and self._stale_ok(p, t, h):
                 self._round.updates[(p, t)] = held_update
-        early, self._early = self._early, []
+        early, self._early, self._early_bytes = self._early, [], 0
         for sender, packet in early:
             if packet.commitment.fl_round == h:
                 try:
@@ -715,10 +717,20 @@ class NodeCore:
             self._dropped["relayed update"] += 1
             return
         h = r.plan.height
-        if c.fl_round == h + 1 and len(self._early) < EARLY_UPDATES_MAX:
+        if c.fl_round == h + 1:
             # this node lags (the previous block or its model has not reached it yet): keep the update for the
-            # round it is for instead of losing it; it is checked in full when that round begins
-            self._early.append((sender, packet))
+            # round it is for instead of losing it; it is checked in full when that round begins. Bounded in
+            # count and bytes, one per sender: an unchecked peer cannot make this buffer grow.
+            size = len(packet.blob)
+            if (
+                len(self._early) < EARLY_UPDATES_MAX
+                and self._early_bytes + size <= EARLY_UPDATE_BYTES_MAX
+                and all(snd != sender for snd, _ in self._early)
+            ):
+                self._early.append((sender, packet))
+                self._early_bytes += size
+            else:
+                self._dropped["early update over the buffer bound"] += 1
             return
         if c.fl_round != h and not self._stale_ok(peer, c.fl_round, h):
             self._dropped["update for another round"] += 1
