@@ -48,7 +48,7 @@ import numpy as np
 
 from ledger import DecodeError, decode, encode
 from learning._errors import ConfigError
-from learning._schedules import LRSchedule, schedule_spec
+from learning._schedules import LRSchedule
 from learning._strategies import (
     AggregateResult,
     ClientJob,
@@ -56,10 +56,13 @@ from learning._strategies import (
     ClientUpload,
     LocalTrain,
     RoundInfo,
+    STRATEGY_LR_KEYS,
+    STRATEGY_LR_SCHEDULES,
     StrategyBase,
     _stack,
     _take,
     register_strategy,
+    strategy_lr_schedule,
 )
 
 __all__ = [
@@ -78,7 +81,7 @@ __all__ = [
 UNITS = ("gradient", "delta")
 """seed_001 §2.0: Convention G (paper, default) and Convention D (released code)."""
 
-LR_SCHEDULES = ("constant", "exponential", "inverse_sqrt")
+LR_SCHEDULES = STRATEGY_LR_SCHEDULES
 """Schedules a strategy of this module accepts as ``lr_schedule`` (see :mod:`learning._schedules`)."""
 
 _STATE_DTYPES = {"float64": "<f8", "float32": "<f4"}
@@ -186,15 +189,6 @@ def _mean_rows(rows: np.ndarray) -> np.ndarray:
 
 # --- shared schedule machinery ------------------------------------------------------------------------------
 
-_LR_KEYS: dict[str, type] = {
-    "clients": int,
-    "lr": float,
-    "lr_schedule": str,
-    "lr_gamma": float,
-    "lr_min": float,
-}
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Scheduled(StrategyBase):
     """Fields shared by the strategies of this module: client sampling and the local rate ``η_L(t)``.
@@ -226,25 +220,14 @@ class _Scheduled(StrategyBase):
         what = self.name
         if self.clients < 0:
             raise ConfigError(f"{what}: clients must be >= 0, got {self.clients}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"{what}: lr must be a positive finite number, got {self.lr}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"{what}: lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        if self.lr_schedule == "exponential":
-            if self.lr_gamma is None:
-                raise ConfigError(f"{what}: lr_schedule 'exponential' needs lr_gamma")
-            floor = 1e-5 if self.lr_min is None else self.lr_min
-            sched = schedule_spec("exponential", {"lr0": self.lr, "gamma": self.lr_gamma, "floor": floor})
-        else:
-            if self.lr_gamma is not None or self.lr_min is not None:
-                raise ConfigError(f"{what}: lr_gamma and lr_min apply only to lr_schedule 'exponential'")
-            key = "lr" if self.lr_schedule == "constant" else "lr0"
-            sched = schedule_spec(self.lr_schedule, {key: self.lr})
+        sched = strategy_lr_schedule(
+            what, lr=self.lr, lr_schedule=self.lr_schedule, lr_gamma=self.lr_gamma, lr_min=self.lr_min
+        )
         object.__setattr__(self, "_schedule", sched)
 
     @classmethod
     def _kwargs(cls, params: Mapping[str, Any], extra: dict[str, type]) -> dict[str, Any]:
-        kw = _take(params, {**_LR_KEYS, **extra}, cls.name)
+        kw = _take(params, {**STRATEGY_LR_KEYS, **extra}, cls.name)
         if "lr" not in kw:
             raise ConfigError(f"{cls.name}: parameter lr is required (the strategy owns the local learning rate)")
         return kw

@@ -58,7 +58,7 @@ from learning._aggregators import CenteredClipping, GeometricMedian
 from learning._blobs import blob_to_vector, vector_to_blob
 from learning._errors import ConfigError
 from learning._preaggregators import Bucketing, Chain, format_aggregator
-from learning._schedules import LRSchedule, schedule_spec
+from learning._schedules import LRSchedule
 from learning._strategies import (
     AggregateResult,
     ClientJob,
@@ -68,10 +68,12 @@ from learning._strategies import (
     FedRo,
     LocalTrain,
     RoundInfo,
+    STRATEGY_LR_KEYS,
     StrategyBase,
     _stack,
     _take,
     register_strategy,
+    strategy_lr_schedule,
 )
 
 __all__ = [
@@ -409,8 +411,6 @@ class FedProx(FedAvg):
 # The round's learning rate: the host's (carried in the upload) or the strategy's own schedule
 
 
-_LR_SCHEDULES = ("constant", "exponential", "inverse_sqrt")
-_LR_KEYS: dict[str, type] = {"clients": int, "lr": float, "lr_schedule": str, "lr_gamma": float, "lr_min": float}
 
 
 def _own_schedule(obj: Any) -> LRSchedule | None:
@@ -426,17 +426,9 @@ def _own_schedule(obj: Any) -> LRSchedule | None:
         if obj.lr_schedule != "constant" or obj.lr_gamma is not None or obj.lr_min is not None:
             raise ConfigError(f"{what}: lr_schedule, lr_gamma and lr_min need lr (the strategy-owned rate)")
         return None
-    _positive(obj, "lr")
-    if obj.lr_schedule not in _LR_SCHEDULES:
-        raise ConfigError(f"{what}: lr_schedule must be one of {_LR_SCHEDULES}, got {obj.lr_schedule!r}")
-    if obj.lr_schedule == "exponential":
-        if obj.lr_gamma is None:
-            raise ConfigError(f"{what}: lr_schedule 'exponential' needs lr_gamma")
-        floor = 1e-5 if obj.lr_min is None else obj.lr_min
-        return schedule_spec("exponential", {"lr0": obj.lr, "gamma": obj.lr_gamma, "floor": floor})
-    if obj.lr_gamma is not None or obj.lr_min is not None:
-        raise ConfigError(f"{what}: lr_gamma and lr_min apply only to lr_schedule 'exponential'")
-    return schedule_spec(obj.lr_schedule, {"lr" if obj.lr_schedule == "constant" else "lr0": obj.lr})
+    return strategy_lr_schedule(
+        what, lr=obj.lr, lr_schedule=obj.lr_schedule, lr_gamma=obj.lr_gamma, lr_min=obj.lr_min
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -463,7 +455,7 @@ class _RoundRate(StrategyBase):
 
     @classmethod
     def _kwargs(cls, params: Mapping[str, Any], extra: dict[str, type]) -> dict[str, Any]:
-        return {**_take(params, {**_LR_KEYS, **extra}, cls.name), **_parse_sizes(params, cls.name)}
+        return {**_take(params, {**STRATEGY_LR_KEYS, **extra}, cls.name), **_parse_sizes(params, cls.name)}
 
     @property
     def lr_in_upload(self) -> bool:

@@ -16,6 +16,7 @@ The node core never names a strategy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -25,6 +26,7 @@ import numpy as np
 
 from learning._errors import ConfigError
 from learning._preaggregators import format_aggregator, parse_aggregator
+from learning._schedules import LRSchedule, schedule_spec
 
 __all__ = [
     "STRATEGIES",
@@ -40,7 +42,10 @@ __all__ = [
     "RoundInfo",
     "Strategy",
     "StrategyBase",
+    "STRATEGY_LR_KEYS",
+    "STRATEGY_LR_SCHEDULES",
     "check_order",
+    "strategy_lr_schedule",
     "register_strategy",
     "strategy_from_params",
 ]
@@ -246,6 +251,32 @@ def _take(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> dic
             raise ConfigError(f"{what}: parameter {k} must be {t.__name__}, got {type(v).__name__}")
         out[k] = v
     return out
+
+
+STRATEGY_LR_SCHEDULES = ("constant", "exponential", "inverse_sqrt")
+"""Schedules a strategy may own through ``lr_schedule`` (see :mod:`learning._schedules`)."""
+STRATEGY_LR_KEYS: dict[str, type] = {"clients": int, "lr": float, "lr_schedule": str, "lr_gamma": float, "lr_min": float}
+"""The ``protocol.params`` keys of a strategy-owned learning rate (with client sampling), one meaning everywhere."""
+
+
+def strategy_lr_schedule(
+    what: str, *, lr: float, lr_schedule: str, lr_gamma: float | None, lr_min: float | None
+) -> LRSchedule:
+    """The schedule a strategy owns (seed_001 §2.7 and the seed_000 strategies alike): ``"constant"`` ``η = lr``,
+    ``"inverse_sqrt"`` ``η_t = lr/√(t+1)``, ``"exponential"`` ``η_t = max(lr·lr_gamma^t, lr_min)`` (floor 1e-5
+    by default, the seed_001 code's), evaluated at ``t = fl_round − 1`` by the caller."""
+    if not (math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"{what}: lr must be a positive finite number, got {lr}")
+    if lr_schedule not in STRATEGY_LR_SCHEDULES:
+        raise ConfigError(f"{what}: lr_schedule must be one of {', '.join(STRATEGY_LR_SCHEDULES)}, got {lr_schedule!r}")
+    if lr_schedule == "exponential":
+        if lr_gamma is None:
+            raise ConfigError(f"{what}: lr_schedule 'exponential' needs lr_gamma")
+        floor = 1e-5 if lr_min is None else lr_min
+        return schedule_spec("exponential", {"lr0": lr, "gamma": lr_gamma, "floor": floor})
+    if lr_gamma is not None or lr_min is not None:
+        raise ConfigError(f"{what}: lr_gamma and lr_min apply only to lr_schedule 'exponential'")
+    return schedule_spec(lr_schedule, {"lr" if lr_schedule == "constant" else "lr0": lr})
 
 
 def check_order(updates: Sequence[ClientUpdate]) -> None:
