@@ -1,6 +1,6 @@
 """Reproduce a source paper's qualitative claims through ``concilium sim`` and write a markdown report.
 
-    python benchmarks/reproduce.py SEED_ID [--fast] [--out DIR] [--workers 2]
+    python benchmarks/reproduce.py SEED_ID [--fast] [--out DIR] [--workers 2] [--with-r5]
 
 ``SEED_ID`` is ``seed000`` (adversarial client unavailability), ``seed001`` (MimiC), ``seed002`` (Sself)
 or ``seed004`` (FedRo), or ``all``. Every run is a real simulation (elected coordinator, committee
@@ -31,14 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fast", action="store_true", help="the small subset the default test run checks")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "reproduce", help="report folder root")
     ap.add_argument("--workers", type=int, default=2, help="simulations run in parallel (processes)")
+    ap.add_argument("--with-r5", action="store_true", help="seed004 only: add the optional R5 runs (n̂ sweep, ~7 min)")
     args = ap.parse_args(argv)
+    if args.with_r5 and args.seed_id not in ("seed004", "all"):
+        ap.error("--with-r5 applies to seed004 only")
     ok = True
     for sid in PAPERS if args.seed_id == "all" else (args.seed_id,):
         mod = importlib.import_module(f"benchmarks.repro.{sid}")
         out = args.out / (sid + ("-fast" if args.fast else ""))
         t0 = time.perf_counter()
         print(f"{sid}: reproducing ({'fast' if args.fast else 'full'}) into {out}/", flush=True)
-        report = mod.reproduce(out, fast=args.fast, workers=args.workers)
+        extra = {"with_r5": True} if args.with_r5 and sid == "seed004" else {}
+        report = mod.reproduce(out, fast=args.fast, workers=args.workers, **extra)
         path = write_report(out, report)
         for c in report.claims:
             print(f"  [{'pass' if c.passed else 'FAIL'}] {c.name}: {c.measured}")

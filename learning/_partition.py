@@ -1,4 +1,5 @@
-"""Partitions of a training pool into clients: IID, Dirichlet(α), k classes per client, shards, natural, log-normal.
+"""Partitions of a training pool into clients: IID, Dirichlet(α), k classes per client, fixed class pairs, shards,
+natural, log-normal.
 
 A partitioner is a frozen spec, registered by name, called as ``spec(dataset, rng=np.random.Generator)``; it
 returns a :class:`Partition` (one sorted index array per client). The same seed gives the same partition on
@@ -17,6 +18,9 @@ name           rule                                                             
                (seed_000 §4.3, α = 0.1, 500 per client)
 ``k_classes``  exactly k distinct classes and a fixed number of samples per client    no: fixed size, disjoint
                (seed_001 §4: 2 classes, 2,000 / 1,666 per client)
+``pairs``      deterministic: client i holds classes ``2(i mod P)``, ``2(i mod P)+1``     yes
+               (P = C/2 pairs), each class split evenly among its holders
+               (seed_001 §6.1 S5)
 ``shards``     McMahan: sort by label, cut into M·k equal shards, k random shards    no: remainder unused
                per client (seed_002 §4, 2 shards per device)
 ``natural``    one client per writer / speaker / generated client (``groups``)      yes (of kept clients)
@@ -44,6 +48,7 @@ __all__ = [
     "KClassesPartition",
     "LogNormalPartition",
     "NaturalPartition",
+    "PairsPartition",
     "Partition",
     "PartitionSpec",
     "PartitionStats",
@@ -496,6 +501,69 @@ class KClassesPartition:
             for client, chunk in zip(holders[cls], np.array_split(members, len(holders[cls])), strict=True):
                 parts[client].append(chunk if cap is None else chunk[:cap])
         return _finish([np.concatenate(p) for p in parts], n)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fixed class pairs.
+
+
+@register_partition("pairs")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PairsPartition:
+    """A fixed pair of classes per client (seed_001 §6.1, stress scenario S5).
+
+    With C classes there are ``P = C / 2`` pairs; pair ``j`` is classes ``(2j, 2j + 1)`` and client ``i`` holds
+    pair ``i mod P``, i.e. classes ``2(i mod P)`` and ``2(i mod P) + 1``. Each class's samples are shuffled and
+    split as evenly as possible among its holders (``np.array_split`` in client order: holder sizes of one class
+    differ by at most one). Every sample belongs to exactly one client; which client gets which samples of a class
+    depends on the seed, the class sets do not.
+
+    Sizes: each client gets about ``(n_{2j} + n_{2j+1}) / h_j`` samples, ``h_j`` the number of holders of pair j
+    (``⌈M/P⌉`` or ``⌊M/P⌋``; all equal when P divides M). Digits (1,437 training samples), 20 clients: 4 holders
+    per pair, 33–38 samples of each class, 69–74 samples per client (the spec's "about 72").
+
+    Errors: :class:`ConfigError` if C is odd, if ``M < P`` (a pair without a holder would leave samples
+    unassigned) or ``num_clients`` is not a positive int; :class:`DataError` if a class has fewer samples than
+    holders (a client would hold fewer than two classes).
+
+    Examples
+    --------
+    >>> partition_spec("pairs", {"num_clients": 20})
+    PairsPartition(num_clients=20)
+    """
+
+    name: ClassVar[str]
+    num_clients: int
+
+    def __post_init__(self) -> None:
+        _positive("pairs", num_clients=self.num_clients)
+
+    def pair_of(self, num_classes: int) -> np.ndarray:
+        """The pair id ``i mod P`` of every client, int64 ``(M,)``, after checking ``num_classes``."""
+        if num_classes % 2:
+            raise ConfigError(f"pairs: the dataset has {num_classes} classes; pairs need an even class count")
+        pairs = num_classes // 2
+        if self.num_clients < pairs:
+            raise ConfigError(
+                f"pairs: {self.num_clients} clients for {pairs} class pairs; every pair needs a holder "
+                f"(num_clients >= {pairs})"
+            )
+        return np.arange(self.num_clients, dtype=np.int64) % pairs
+
+    def __call__(self, dataset: Dataset, /, *, rng: np.random.Generator) -> Partition:
+        c = dataset.num_classes
+        pair = self.pair_of(c)
+        parts: list[list[np.ndarray]] = [[] for _ in range(self.num_clients)]
+        for cls, members in enumerate(_class_members(dataset.labels, c, rng)):
+            holders = np.flatnonzero(pair == cls // 2)
+            if len(members) < len(holders):
+                raise DataError(
+                    f"pairs: class {cls} has {len(members)} samples for {len(holders)} holders; every holder "
+                    f"needs at least one"
+                )
+            for client, chunk in zip(holders.tolist(), np.array_split(members, len(holders)), strict=True):
+                parts[client].append(chunk)
+        return _finish([np.concatenate(p) for p in parts], len(dataset))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -317,6 +317,30 @@ class Scenario:
             self.adversary.byzantine <= self.members - self.protocol.committee_size,
             "more Byzantine clients than members outside the genesis committee",
         )
+        _check_partition(self.data, self.members)
+
+
+def _check_partition(data: DataSection, members: int) -> None:
+    """Resolve ``data.partition`` with its parameters as the simulation does (``num_clients`` / ``max_clients``
+    default to ``members``), so an unknown partition or a bad parameter fails when the file loads; an explicit
+    ``num_clients`` must equal ``members``. Checks that need the dataset (``pairs``: an even class count, every
+    class at least one sample per holder) run when the simulation partitions it."""
+    from learning._partition import (  # imports torch: only when validating
+        PARTITIONS,
+        partition_spec,
+    )
+
+    params = dict(data.partition_params)
+    fields = getattr(PARTITIONS.get(data.partition), "__dataclass_fields__", {})
+    if "num_clients" in fields:
+        n = params.setdefault("num_clients", members)
+        _check(n == members, f"data.partition_params.num_clients = {n!r} must equal members = {members}")
+    elif "max_clients" in fields:
+        params.setdefault("max_clients", members)
+    try:
+        partition_spec(data.partition, params)
+    except ValueError as e:  # learning's ConfigError
+        raise ValueError(f"data.partition: {e}") from None
 
 
 def default_scenario_path() -> Path:

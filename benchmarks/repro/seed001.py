@@ -1,8 +1,9 @@
 """Reproduction of seed_001 (MimiC: combating client dropouts by mimicking central updates), spec §6.
 
 Configuration (§6.1): N = 20 clients on scikit-learn's digits (``X/16``, fixed permutation, 20 % test), two
-classes per client in equal shards (``k_classes``), MLP 64-32-10 with He init, K = 10 plain-SGD steps of batch
-16 drawn with replacement, ``lr_t = max(0.05·0.97^t, 1e-5)`` on both sides (Convention G), T = 100 rounds. Every
+classes per client in equal shards (``k_classes``; S5: the fixed pair partition ``pairs``), MLP 64-32-10 with He
+init, K = 10 plain-SGD steps of batch 16 drawn with replacement, ``lr_t = max(0.05·0.97^t, 1e-5)`` on both sides
+(Convention G), T = 100 rounds. Every
 run goes through the real simulator (elected coordinator, committee re-execution, ledger verified), the
 strategies of :mod:`learning._strat_mimic` / :mod:`learning._strat_unavailability` and the dropout schemes of
 :mod:`learning._availability_dropout`.
@@ -14,8 +15,10 @@ The sample-size-weighted ``fedavg`` with the host schedule appears in A1 only (e
 
 Scenarios (§6.1): S0 full participation; S1 scheme 1, ``τ_i ~ U{1..20}``; S1' τ_max = 50 and 100; S2 scheme 2 as
 the code runs it (five levels, ``p_min = 0.1``); S3 scheme 2 as the paper states it (``p = 0.1``); S4 scheme 3,
-``P = 0.1``; S5 class-correlated stress scheme. Seeds vary the scenario seed (partition, initial model, minibatches,
-per-round availability draws) and the availability model's per-trial seed (periods, phases) together.
+``P = 0.1``; S5 class-correlated stress scheme: client i holds classes ``2(i mod 5)`` and ``2(i mod 5)+1``, the
+holders of pairs 3 and 4 (classes 6–9) are active every 10 rounds with a random phase, the others always. Seeds vary
+the scenario seed (partition, initial model, minibatches, per-round availability draws) and the availability
+model's per-trial seed (periods, phases) together.
 
 Metrics (§6.1): ``final`` (accuracy after the last round), ``last10`` (mean of the last 10 rounds), ``osc`` (population
 standard deviation of the last 30 rounds), each a mean over seeds. Claims: §6.3 A1, A5 (from the runs), A6,
@@ -60,8 +63,8 @@ SEEDS = (0, 1, 2)
 FAST_A1_ROUNDS = 10
 """The fast subset checks A1 over the first 10 rounds of S0 (the equality holds round by round)."""
 FAST_S5_ROUNDS = 40
-"""The fast subset's S5 runs: FedAvg's class bias is established by round 20 (full runs, seeds 0-2: MimiC leads by
-28-32 pp at round 40, 30-32 pp at round 100)."""
+"""The fast subset's S5 runs: FedAvg's class bias is established by round 20 (full runs with the pair partition,
+seeds 0-2: MimiC leads by 18-24 pp at round 20, 25-31 pp at round 40, 29-35 pp at round 100)."""
 N_TEST = 360
 """Digits test samples (⌈0.2 · 1797⌉); one sample is 0.28 pp."""
 
@@ -96,7 +99,7 @@ SCHEMES: dict[str, Scheme] = {
             "S5",
             "seed001_corr.toml",
             "corr(rare_classes=(6,7,8,9), tau_rare=10, seed={seed})",
-            "S5 class-correlated, tau_rare = 10",
+            "S5 class pairs, pairs 3-4 (classes 6-9) tau_rare = 10",
         ),
     )
 }
@@ -410,13 +413,12 @@ _NOTES = [
     "sample-size-weighted `fedavg` with the host schedule is checked equal to it in A1 (equal shards).",
     "Seeds vary the scenario seed (partition, initial model, minibatches, per-round availability draws) and the "
     "availability model's per-trial seed together; the digits train/test permutation is fixed (seed 0, §6.1).",
-    "S5 approximates §6.1's stress scheme: the spec's deterministic pair partition (client i holds classes "
-    "2(i mod 5), 2(i mod 5)+1) does not exist in learning/_partition.py, so the runs use the random two-class shard "
-    "partition and `corr(rare_classes=(6,7,8,9))`: every client holding a class in 6-9 is rare (active every 10 "
-    "rounds, random phase). Classes 6-9 are, as in the spec, held only by rare clients, but most rare clients also "
-    "hold a class in 0-5, and there are more of them (12-13 of 20 with seeds 0-2, instead of 8).",
-    "The equal-shard partition gives every client 66 samples (33 per class: the largest shard every class of the "
-    "1,437 training digits fills 4 times), the spec's prototype about 72.",
+    "S5 is §6.1's stress scheme exactly: the `pairs` partition gives client i classes 2(i mod 5) and 2(i mod 5)+1 "
+    "(each class split evenly among its 4 holders, every training sample used: 69-74 per client, the spec's 'about "
+    "72'), and `corr(rare_classes=(6,7,8,9), tau_rare=10)` makes the holders of pairs 3 and 4 (clients 3, 4, 8, 9, "
+    "13, 14, 18, 19) active every 10 rounds with a random phase; the 12 others are always active.",
+    "S0-S4 use the equal-shard partition: every client holds 66 samples (33 per class: the largest shard every class "
+    "of the 1,437 training digits fills 4 times), the spec's prototype about 72.",
     "SCAFFOLD runs 50 rounds (100 uploads per client, §6.3 A6) in S1 only; it is tabulated, never asserted against "
     "MimiC (§6.3 'Not asserted'). FedProx (mu = 0.01) runs in S1 only (B6).",
     "A1 is checked through the simulator in float32 (the spec's 1e-9 float64 bound applies to a float64 prototype): "

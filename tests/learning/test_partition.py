@@ -15,6 +15,7 @@ from learning._partition import (
     KClassesPartition,
     LogNormalPartition,
     NaturalPartition,
+    PairsPartition,
     Partition,
     ShardsPartition,
     _distinct_rows,
@@ -28,10 +29,10 @@ def digits() -> Dataset:
     return DigitsSpec(test_fraction=0.2, seed=0).load().train
 
 
-def labels_only(counts: list[int]) -> Dataset:
+def labels_only(counts: list[int], *, seed: int = 99) -> Dataset:
     """A dataset with given class sizes (features irrelevant), labels in a scrambled order."""
     y = np.repeat(np.arange(len(counts)), counts)
-    y = y[np.random.default_rng(99).permutation(len(y))]
+    y = y[np.random.default_rng(seed).permutation(len(y))]
     return Dataset(x=torch.zeros(len(y), 1), y=torch.from_numpy(y.astype(np.int64)), num_classes=len(counts))
 
 
@@ -231,10 +232,102 @@ def test_stats_table_row() -> None:
 
 
 def test_config_boundary() -> None:
-    assert set(PARTITIONS) == {"iid", "dirichlet", "k_classes", "shards", "natural", "lognormal"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "k_classes", "pairs", "shards", "natural", "lognormal"}
     spec = partition_spec("k_classes", {"num_clients": 30, "classes_per_client": 2, "samples_per_client": 2000})
     assert spec == KClassesPartition(num_clients=30, classes_per_client=2, samples_per_client=2000)
     with pytest.raises(ConfigError, match="unknown partition"):
         partition_spec("pathological")
     with pytest.raises(ConfigError):
         partition_spec("dirichlet", {"num_clients": 10, "alpha": 0.5, "scheme": "per_writer"})
+
+
+# --- fixed class pairs (seed_001 §6.1 S5): client i holds classes 2(i mod P) and 2(i mod P)+1
+
+
+def class_sets(part: Partition, data: Dataset) -> list[set[int]]:
+    return [set(np.unique(data.labels[idx]).tolist()) for idx in part.clients]
+
+
+def test_seed_001_s5_exact_class_pairs(digits: Dataset) -> None:
+    """N = 20 clients on digits: client i holds exactly {2(i mod 5), 2(i mod 5)+1}; every sample once; classes 6-9
+    (pair ids 3 and 4) are held by clients 3, 4, 8, 9, 13, 14, 18, 19 only."""
+    part = partition_dataset(partition_spec("pairs", {"num_clients": 20}), digits, seed=0)
+    assert len(part) == 20 and part.covers_all()
+    sets = class_sets(part, digits)
+    assert sets == [{2 * (i % 5), 2 * (i % 5) + 1} for i in range(20)]
+    assert [i for i, s in enumerate(sets) if s & {6, 7, 8, 9}] == [3, 4, 8, 9, 13, 14, 18, 19]
+    stats = part.stats(digits)
+    assert stats.classes_per_client.tolist() == [2] * 20
+    # each class split evenly over its 4 holders: holder counts of one class differ by at most one
+    counts = stats.label_counts
+    for c in range(10):
+        held = counts[counts[:, c] > 0, c]
+        assert len(held) == 4 and held.sum() == digits.class_counts()[c] and held.max() - held.min() <= 1
+        assert held.tolist() == [len(x) for x in np.array_split(np.arange(held.sum()), 4)]
+    assert stats.total_samples == len(digits) == 1437
+    assert 69 <= part.sizes().min() and part.sizes().max() <= 74  # "about 72 samples each" (spec §6.1)
+
+
+def test_deterministic_class_sets_seeded_membership(digits: Dataset) -> None:
+    spec = PairsPartition(num_clients=20)
+    a = partition_dataset(spec, digits, seed=1)
+    b = partition_dataset(spec, digits, seed=1)
+    c = partition_dataset(spec, digits, seed=2)
+    assert all(np.array_equal(x, y) for x, y in zip(a.clients, b.clients, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a.clients, c.clients, strict=True))
+    assert class_sets(a, digits) == class_sets(c, digits)  # class sets do not depend on the seed
+    assert a.sizes().tolist() == c.sizes().tolist()  # nor do the sizes
+    assert c.covers_all()
+
+
+def test_exact_sizes_when_pairs_divide_clients() -> None:
+    """6 classes (3 pairs), 6 clients (2 holders per pair): class sizes 10, 11, 12, 13, 14, 15."""
+    data = labels_only([10, 11, 12, 13, 14, 15], seed=7)
+    part = partition_dataset(PairsPartition(num_clients=6), data, seed=0)
+    assert part.covers_all()
+    # client i: pair i mod 3; first holder of a class takes the larger half (array_split)
+    assert part.sizes().tolist() == [5 + 6, 6 + 7, 7 + 8, 5 + 5, 6 + 6, 7 + 7]
+    assert part.stats(data).label_counts.tolist() == [
+        [5, 6, 0, 0, 0, 0],
+        [0, 0, 6, 7, 0, 0],
+        [0, 0, 0, 0, 7, 8],
+        [5, 5, 0, 0, 0, 0],
+        [0, 0, 6, 6, 0, 0],
+        [0, 0, 0, 0, 7, 7],
+    ]
+
+
+def test_uneven_holders_still_cover_every_sample() -> None:
+    """7 clients, 3 pairs: pair 0 has 3 holders (clients 0, 3, 6), pairs 1 and 2 have 2."""
+    data = labels_only([9, 9, 8, 8, 8, 8], seed=7)
+    part = partition_dataset(PairsPartition(num_clients=7), data, seed=3)
+    assert part.covers_all()
+    assert class_sets(part, data) == [{0, 1}, {2, 3}, {4, 5}, {0, 1}, {2, 3}, {4, 5}, {0, 1}]
+    assert part.sizes().tolist() == [6, 8, 8, 6, 8, 8, 6]
+
+
+def test_single_pair_and_one_client_per_pair() -> None:
+    two = labels_only([4, 3], seed=7)
+    part = partition_dataset(PairsPartition(num_clients=3), two, seed=0)
+    assert part.covers_all() and class_sets(part, two) == [{0, 1}] * 3
+    ten = labels_only([5] * 10, seed=7)
+    part = partition_dataset(PairsPartition(num_clients=5), ten, seed=0)
+    assert part.covers_all() and part.sizes().tolist() == [10] * 5
+
+
+def test_errors() -> None:
+    with pytest.raises(ConfigError, match="even class count"):
+        partition_dataset(PairsPartition(num_clients=6), labels_only([4, 4, 4], seed=7), seed=0)
+    with pytest.raises(ConfigError, match=r"num_clients >= 5"):
+        partition_dataset(PairsPartition(num_clients=4), labels_only([4] * 10, seed=7), seed=0)
+    with pytest.raises(DataError, match="class 3 has 1 samples for 2 holders"):
+        partition_dataset(PairsPartition(num_clients=4), labels_only([4, 4, 4, 1], seed=7), seed=0)
+    with pytest.raises(DataError, match="class 1 has 0 samples"):
+        partition_dataset(PairsPartition(num_clients=2), labels_only([4, 0], seed=7), seed=0)
+    for bad in (0, -2, 2.0, True, "20"):
+        with pytest.raises(ConfigError, match="num_clients must be a positive int"):
+            PairsPartition(num_clients=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        partition_spec("pairs", {"num_clients": 20, "classes_per_client": 2})  # no such parameter
+    with pytest.raises(ConfigError):
+        partition_spec("pairs", {})  # num_clients is required

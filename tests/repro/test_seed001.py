@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,8 +19,10 @@ if str(ROOT) not in sys.path:
 from benchmarks.repro import seed001  # noqa: E402
 from benchmarks.repro._common import SCENARIOS, write_report  # noqa: E402
 from learning._availability import AvailabilityContext, parse_availability  # noqa: E402
+from learning._availability_dropout import ClassCorrelatedDropout  # noqa: E402
 from learning._errors import DataError  # noqa: E402
 from learning._strategies import strategy_from_params  # noqa: E402
+from node.config import ConfigFileError  # noqa: E402
 from sim._engine import Simulation  # noqa: E402
 from sim._scenario import load_scenario  # noqa: E402
 
@@ -57,6 +61,46 @@ def test_scenarios_build_every_method_with_the_host_schedule(path: Path) -> None
         labels = tuple((i % 10, (i + 1) % 10) for i in range(sc.members))
         ctx = AvailabilityContext(members=sc.members, sizes=(1,) * sc.members, labels=labels, rounds=sc.rounds)
         parse_availability(sc.adversary.availability, ctx)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_s5_is_the_spec_pair_partition_with_rare_pairs_3_and_4(seed: int) -> None:
+    """§6.1 S5: client i holds exactly classes 2(i mod 5), 2(i mod 5)+1 (every training sample once); the holders
+    of pairs 3 and 4 (classes 6-9) have period tau = 10 with a phase drawn from the trial seed, the others tau = 1."""
+    s5 = seed001.SCHEMES["S5"]
+    sc = load_scenario(SCENARIOS / s5.scenario, seed=seed)
+    assert sc.data.partition == "pairs"
+    sim = Simulation(replace(sc, adversary=replace(sc.adversary, **s5.overrides(seed)["adversary"])))
+    held = [set(np.unique(d.labels).tolist()) for d in sim.client_data]
+    assert held == [{2 * (i % 5), 2 * (i % 5) + 1} for i in range(20)]
+    assert sum(len(d) for d in sim.client_data) == 1437
+    corr = sim.availability
+    assert isinstance(corr, ClassCorrelatedDropout) and corr.seed == seed
+    rare = [3, 4, 8, 9, 13, 14, 18, 19]
+    assert np.flatnonzero(corr.rare).tolist() == rare
+    assert corr.tau.tolist() == [10 if i in rare else 1 for i in range(20)]
+    assert all(0 <= corr.phi[i] < 10 for i in rare)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ("{ num_clients = 10 }", "num_clients = 10 must equal members = 20"),
+        ("{ classes_per_client = 2 }", "unknown parameter"),
+        ("{ num_clients = 0 }", "num_clients"),
+    ],
+)
+def test_scenario_load_validates_the_partition_parameters(params: str, match: str, tmp_path: Path) -> None:
+    """``data.partition = "pairs"`` is reachable from TOML; bad parameters fail when the file loads."""
+    text = (SCENARIOS / "seed001_corr.toml").read_text()
+    assert 'partition = "pairs"\n' in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('partition = "pairs"\n', f'partition = "pairs"\npartition_params = {params}\n'))
+    with pytest.raises(ConfigFileError, match=match):
+        load_scenario(bad)
+    bad.write_text(text.replace('partition = "pairs"\n', 'partition = "pair"\n'))
+    with pytest.raises(ConfigFileError, match="unknown partition 'pair'"):
+        load_scenario(bad)
 
 
 def test_runner_overrides_vary_scenario_and_availability_seed() -> None:

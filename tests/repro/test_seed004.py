@@ -28,7 +28,7 @@ def test_fast_reproduction(tmp_path: Path) -> None:
     failed = [c for c in report.claims if not c.passed]
     assert not failed, failed
     names = {c.name for c in report.claims}
-    assert {"R0.1", "R0.2", "R0.3", "R0.4", "R2.0", "R2.1", "R2.1b", "R2.2", "R2.4 (fast)"} <= names
+    assert {"R0.1", "R0.2", "R0.3", "R0.4", "R2.0", "R2.1", "R2.1b", "R2.2", "R2.4 (fast)", "R3.0 (fast)"} <= names
     assert len(report.runs) == 2 and all(r.verified for r in report.runs.values())
     # the takeover set declared in the genesis is the simulator's Byzantine set (checked per round in R2.0), and
     # the smallest n̂ was taken over while the recommended one never was
@@ -38,11 +38,41 @@ def test_fast_reproduction(tmp_path: Path) -> None:
     assert "Verdict: PASS" in path.read_text()
 
 
+def test_ledger_rounds_read_back_the_fast_runs(tmp_path: Path) -> None:
+    """R3's measurement on one short run: honest/Byzantine split from the simulator, aggregate recomputed exactly."""
+    from benchmarks.repro._common import Run, run_all
+
+    run = Run("r3-probe", seed004.SCENARIO, {"rounds": 6, "protocol": {"params": {"clients": 9, "f": 3}},
+                                             "adversary": {"attack": "ipm(epsilon=2.0)"}})
+    res = run_all([run], tmp_path, workers=1)["r3-probe"]
+    rounds = seed004.ledger_rounds(res)
+    assert [r.fl_round for r in rounds] == list(range(1, 7))
+    assert all(r.exact and r.honest + r.byzantine == 9 and r.spread > 0 and r.error >= 0 for r in rounds)
+    byz = [int(float(row["byzantine_trainers"])) for row in res.rows]
+    assert [r.byzantine for r in rounds] == byz
+
+
+def test_r5_runs_use_b_hat_star() -> None:
+    from learning import b_hat_star
+
+    plan = seed004.r5_runs()
+    assert len(plan) == 4 * len(seed004.R5_N_HATS) and 26 in seed004.R5_N_HATS and 100 in seed004.R5_N_HATS
+    for r in plan:
+        d = r.data()
+        n_hat, f = d["protocol"]["params"]["clients"], d["protocol"]["params"]["f"]
+        assert d["members"] == d["data"]["params"]["num_clients"] == 150 and d["adversary"]["byzantine"] == 15
+        assert f == b_hat_star(150, 15, n_hat, d["rounds"], 0.99) and d["training"]["steps"] == 1
+    assert {r.data()["protocol"]["params"]["f"] for r in plan if r.label.startswith("R5-n26-")} == {11}
+
+
 @pytest.mark.slow
 def test_full_reproduction(tmp_path: Path) -> None:
     report = seed004.reproduce(tmp_path, fast=False, workers=2)
     write_report(tmp_path, report)
     assert report.ok, [c for c in report.claims if not c.passed]
+    names = {c.name for c in report.claims}
+    assert {"R3.0", "R3.1", "R3.2", "R3.1-lemma", "R3.2-lemma", "R4.1", "R4.2", "R4.3"} <= names
+    assert {p.name for p in report.plots} >= {"fig3_K1.png", "fig3_K10.png"}
 
 
 @pytest.mark.parametrize("path", FULL, ids=lambda p: p.name)
