@@ -395,7 +395,9 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     from sim import LivenessError
 
     try:
-        summary = run_scenario(scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet)
+        summary = run_scenario(
+            scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers
+        )
     except FileExistsError as e:
         raise CliError(str(e)) from None
     except (LearningError, ConsensusError) as e:
@@ -492,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--rounds", type=int, help="override the scenario's number of rounds")
     sr.add_argument("--out", help="results folder (default: results/<scenario>-<timestamp>)")
     sr.add_argument("--quiet", action="store_true", help="no progress bar")
+    sr.add_argument("--workers", type=int, default=None,
+                    help="forked processes that train beside the simulator (default: usable cores - 1, at most 3, "
+                         "on Linux with CPU training; 0 = train in-process). The results do not depend on it.")
     sr.set_defaults(func=cmd_sim_run)
     return ap
 

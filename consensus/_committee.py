@@ -30,6 +30,8 @@ Paper [P] vs authors' code [C], and what is implemented here ([R], the spec's re
 
 from __future__ import annotations
 
+import functools
+
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -215,7 +217,13 @@ class CmflParams:
 
 
 def _ranked_by_hash(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[str]:
-    return sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p))
+    return list(_ranked_memo(domain, seed, tuple(peers)))
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked_memo(domain: bytes, seed: bytes, peers: tuple[str, ...]) -> tuple[str, ...]:
+    # Every node of a process (the simulator runs N) ranks the same pool with the same seed each round.
+    return tuple(sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p)))
 
 
 def sample_training_clients(

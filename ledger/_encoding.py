@@ -149,6 +149,14 @@ def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
 
 T = TypeVar("T")
 
+_ENCODED: dict[int, tuple[Any, bytes]] = {}
+"""Identity memo of small records' encodings: records are frozen, and one block header, commitment or vote
+is hashed or signed by many code paths (and, in a simulation, by every node that shares the decoded
+object). Holding the record keeps its ``id`` from being reused while it is in the memo; oldest out first."""
+_ENCODED_MAX = 1024
+_ENCODED_ITEM_MAX = 16384
+"""Bigger encodings (update packets with their blobs) are not kept: packing them is a copy, not a walk."""
+
 _Conv = tuple[Callable[[Any], Value], Callable[[Any, str], Any]]  # (to_value, from_value(v, path))
 
 
@@ -248,6 +256,52 @@ def _conv_for(tp: Any) -> _Conv:
     raise TypeError(f"unsupported field type for a record: {tp!r}")
 
 
+def _canon_for(tp: Any) -> Callable[[Any, int], Value]:
+    """``x -> _canonical(to_v(x), depth)`` for a field of type ``tp``, in one walk: a record's field values
+    are converted straight to their canonical form (same result as the two-step path, tested)."""
+    if tp is int:
+        def c_int(x: Any, depth: int) -> Value:
+            if type(x) is int and _INT_MIN <= x <= _INT_MAX:
+                return x
+            return _canonical(x, depth)
+
+        return c_int
+    if tp in (str, bytes, bool):
+        def c_leaf(x: Any, depth: int, _t: type = tp) -> Value:
+            return x if type(x) is _t else _canonical(x, depth)
+
+        return c_leaf
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        inner = _canon_for(args[0])
+
+        def c_tuple(x: Any, depth: int) -> Value:
+            if depth >= DEPTH_MAX:
+                raise ValueError(f"nesting deeper than {DEPTH_MAX}")
+            return [inner(e, depth + 1) for e in x]
+
+        return c_tuple
+    if origin in (types.UnionType, typing.Union) and len(args) == 2 and type(None) in args:
+        inner = _canon_for(args[0] if args[1] is type(None) else args[1])
+
+        def c_opt(x: Any, depth: int) -> Value:
+            return None if x is None else inner(x, depth)
+
+        return c_opt
+    if isinstance(tp, type) and hasattr(tp, "_record_fields"):
+        def c_rec(x: Any, depth: int) -> Value:
+            return x._to_canonical(depth)
+
+        return c_rec
+    to_v = _conv_for(tp)[0]  # float, Any, Mapping: the general walk
+
+    def c_any(x: Any, depth: int) -> Value:
+        return _canonical(to_v(x), depth)
+
+    return c_any
+
+
 def record(cls: type[T]) -> type[T]:
     """Class decorator: make a frozen dataclass a canonical wire record.
 
@@ -269,12 +323,21 @@ def record(cls: type[T]) -> type[T]:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     )
 
+    canon: list[tuple[str, Callable[[Any, int], Value]]] = []
+
     def ensure() -> dict[str, _Conv]:
         # Resolved lazily so records may refer to records defined later in the module.
         if not convs:
             for name in order:
                 convs[name] = _conv_for(hints[name])
         return convs
+
+    def _to_canonical(self: Any, depth: int = 0) -> dict[str, Value]:
+        if not canon:
+            canon.extend((name, _canon_for(hints[name])) for name in order)
+        if depth >= DEPTH_MAX:
+            raise ValueError(f"nesting deeper than {DEPTH_MAX}")
+        return {name: c(getattr(self, name), depth + 1) for name, c in canon}
 
     def to_value(self: Any) -> dict[str, Value]:
         c = ensure()
@@ -304,13 +367,23 @@ def record(cls: type[T]) -> type[T]:
         return klass._from_value(v, klass.__name__)
 
     def encode_self(self: Any) -> bytes:
-        return encode(self.to_value())
+        memo = _ENCODED
+        hit = memo.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        out = msgpack.packb(self._to_canonical(0), use_bin_type=True, use_single_float=False)
+        if len(out) <= _ENCODED_ITEM_MAX:
+            if len(memo) >= _ENCODED_MAX:
+                del memo[next(iter(memo))]
+            memo[id(self)] = (self, out)
+        return out
 
     def decode_cls(klass: type, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Any:
         return klass._from_value(decode(data, bytes_max=bytes_max), klass.__name__)
 
     cls._record_fields = tuple(order)  # type: ignore[attr-defined]
     cls.to_value = to_value  # type: ignore[attr-defined]
+    cls._to_canonical = _to_canonical  # type: ignore[attr-defined]
     cls._from_value = classmethod(_from_value)  # type: ignore[attr-defined]
     cls.from_value = classmethod(from_value)  # type: ignore[attr-defined]
     cls.encode = encode_self  # type: ignore[attr-defined]

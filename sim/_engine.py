@@ -54,6 +54,7 @@ from learning._training import LocalTrainer, LocalTrainingConfig
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._rng import RngTree
+from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
 from sim._scenario import DataSection, FaultConfig, Scenario
 
@@ -76,22 +77,6 @@ class _JobSpec:
     lr: float
     strategy_side: bool
     poisoned: bool = False
-
-
-class _Ready:
-    """A finished job's ``(upload, n_samples, client_state)``.
-
-    Training runs in-process, in event order. (Forked training workers were tried: PyTorch does not support
-    autograd in a child forked after the parent used it, and spawned workers pay seconds of start-up per
-    run, more than they save on the reference workloads.)"""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-
-    def get(self) -> Any:
-        return self._value
 
 
 class LivenessError(RuntimeError):
@@ -187,7 +172,10 @@ class Simulation:
         *,
         ledger_dir: Path | None = None,
         on_round: Callable[[RoundMetrics], None] | None = None,
+        workers: int | None = None,
     ) -> None:
+        """``workers``: forked processes that run local training while this process runs the protocol
+        (None: :func:`sim._workers.default_workers`; 0: train in-process). The results are identical."""
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
@@ -377,6 +365,8 @@ class Simulation:
         self.metrics: list[RoundMetrics] = []
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
         self._writer = None
+        self.workers = default_workers(self.trainer.device.type) if workers is None else max(0, int(workers))
+        self._pool = TrainingPool(self, 0)
         if ledger_dir is not None:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
@@ -673,7 +663,7 @@ class Simulation:
             poisoned=bool(self.per_round) and job.purpose == PURPOSE_UPDATE and self.is_byzantine(peer, job.fl_round)
             and self.index[peer] in self.poisoned_data,
         )
-        handle = _Ready(self._run_job(spec))
+        handle = self._pool.submit(spec)
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
         done = self._now_us + self.train_us[peer] + outcome * self._round_us
         self._busy_until[peer] = done
@@ -785,6 +775,8 @@ class Simulation:
     # --- main loop ---------------------------------------------------------------------------------
 
     def run(self) -> SimResult:
+        # fork the training workers before any thread of ours exists (the ledger writer starts below)
+        self._pool = TrainingPool(self, self.workers)
         try:
             if self._writer is not None:
                 self._writer.start()
@@ -796,6 +788,8 @@ class Simulation:
                 except RuntimeError:
                     pass
             raise
+        finally:
+            self._pool.close()
         if self._writer is not None:
             self._writer.close()
         return self._result()

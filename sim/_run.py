@@ -162,15 +162,17 @@ def run_scenario(
     seed: int | None = None,
     rounds: int | None = None,
     progress: bool = True,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """Run the scenario at ``path`` into the new results folder ``out``; return the summary."""
+    """Run the scenario at ``path`` into the new results folder ``out``; return the summary. ``workers``:
+    training processes beside the simulator (None = ``sim._workers.default_workers``); never changes results."""
     scenario = load_scenario(path, seed=seed, rounds=rounds)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out}: already exists and is not empty")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        sim = Simulation(scenario, ledger_dir=out / "ledger", on_round=None)
+        sim = Simulation(scenario, ledger_dir=out / "ledger", on_round=None, workers=workers)
     except BaseException:
         if created:  # bad configuration: leave nothing behind
             shutil.rmtree(out, ignore_errors=True)

@@ -1,20 +1,28 @@
-"""The simulator's results-ledger writer: blobs and blocks go to disk on a background thread.
+"""The simulator's results-ledger writer: blobs and blocks go to disk off the simulation's thread.
 
 The simulation decides blocks in a fixed order; the writer appends them in that order, so the ledger is
-byte-identical to writing inline. File and SQLite I/O release the GIL, so on a machine with two cores the
-disk work overlaps the simulation's protocol and training work instead of adding to it. Every block's
-blobs are made durable before the block is appended (``FileBlobStore.put_many``, then the SQLite
-transaction with ``synchronous=FULL``): a crash leaves a valid prefix, exactly as the inline path.
+byte-identical to writing inline. Every block's blobs are made durable before the block is appended
+(``FileBlobStore.put_many``, then the SQLite transaction with ``synchronous=FULL``): a crash leaves a valid
+prefix, exactly as the inline path.
 
-Errors are not lost: the first one the thread meets is re-raised in the simulation at the next
-``submit`` or at ``close``.
+On Linux the writer is a forked process (started with the training workers, before any thread): it decodes
+each block from its canonical bytes, checks every blob against its digest and writes them, so none of the
+disk work or its Python bookkeeping competes with the protocol for this interpreter's lock. Elsewhere it is
+a daemon thread (file and SQLite I/O release the lock). A reader thread in the process keeps the pipe
+drained, so a slow disk never blocks the simulation before ``backlog`` blocks are waiting.
+
+Errors are not lost: the first one the writer meets is re-raised in the simulation at the next ``submit``
+or at ``close``.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from ledger import Block, Genesis
 from ledger.store import create_ledger
@@ -24,62 +32,141 @@ __all__ = ["LedgerWriter"]
 _STOP = None
 
 
+def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) -> None:
+    """Append every ``(block, blobs, digests)`` that ``items()`` yields (None ends); ``report(error)`` once."""
+    from ledger.store import open_ledger  # noqa: PLC0415
+
+    try:
+        store, blobs = open_ledger(path)
+    except BaseException as e:  # noqa: BLE001 - handed to the simulation
+        report(e)
+        return
+    failed = False
+    try:
+        blobs.put_many(initial_blobs)
+        while (item := items()) is not _STOP:
+            block, data, digests = item
+            if failed:
+                continue  # drain: the simulation learns of the error at its next call
+            try:
+                if isinstance(block, bytes):
+                    block = Block.decode(block)  # type: ignore[attr-defined]
+                if blobs.put_many(data) != digests:
+                    raise AssertionError(f"a blob of height {block.height} was reported under the wrong digest")
+                store.append(block)
+            except BaseException as e:  # noqa: BLE001
+                failed = True
+                report(e)
+    finally:
+        store.close()
+
+
+def _serve(path: Path, initial_blobs: list[bytes], conn: Any) -> None:
+    """The writer process: blocks from ``conn``, one ``("error", text)`` on failure, ``("done", None)`` at the end."""
+    jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read() -> None:
+        try:
+            while (msg := conn.recv()) is not _STOP:
+                jobs.put(msg)
+        except (EOFError, OSError):
+            pass
+        jobs.put(_STOP)
+
+    threading.Thread(target=read, daemon=True).start()
+    _write_all(path, initial_blobs, jobs.get, lambda e: conn.send(("error", f"{type(e).__name__}: {e}")))
+    try:
+        conn.send(("done", None))
+    except OSError:
+        pass
+
+
 class LedgerWriter:
-    """Appends ``(block, blobs)`` pairs to a new ledger at ``path`` on a daemon thread."""
+    """Appends ``(block, blobs)`` pairs to a new ledger at ``path`` in a forked process (Linux) or a thread."""
 
     def __init__(self, path: Path, genesis: Genesis, initial_blobs: list[bytes], *, backlog: int = 16) -> None:
         store, blobs = create_ledger(path, genesis)  # here, so a bad path fails in the caller
         store.close()
         self._path = path
-        self._queue: queue.Queue[tuple[Block, list[bytes], list[bytes]] | None] = queue.Queue(maxsize=backlog)
+        self._initial = initial_blobs
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(initial_blobs,), name="ledger-writer", daemon=True)
+        self._use_process = sys.platform == "linux" and not multiprocessing.current_process().daemon
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=backlog)
+        self._thread: threading.Thread | None = None
+        self._proc: Any = None
+        self._conn: Any = None
+        self._closed = False
 
     def start(self) -> None:
-        """Start the thread (separate from construction: a simulation forks its training workers first)."""
-        self._thread.start()
+        """Start the writer (separate from construction: a simulation forks its training workers first)."""
+        if self._proc is not None or self._thread is not None:
+            return
+        if self._use_process:
+            ctx = multiprocessing.get_context("fork")
+            parent, child = ctx.Pipe(duplex=True)
+            self._proc = ctx.Process(target=_serve, args=(self._path, self._initial, child), daemon=True,
+                                     name="concilium-ledger-writer")
+            self._proc.start()
+            child.close()
+            self._conn = parent
+        else:
+            self._thread = threading.Thread(target=self._run_thread, name="ledger-writer", daemon=True)
+            self._thread.start()
+        self._initial = []
 
     def submit(self, block: Block, blobs: list[bytes], digests: list[bytes]) -> None:
         """Queue ``block`` with its referenced ``blobs`` (whose SHA-256 must be ``digests``)."""
+        if self._proc is None and self._thread is None:
+            self.start()
+        self._poll()
         self._raise()
-        self._queue.put((block, blobs, digests))
+        if self._conn is not None:
+            self._conn.send((block.encode(), blobs, digests))  # type: ignore[attr-defined]
+        else:
+            self._queue.put((block, blobs, digests))
 
     def close(self) -> None:
         """Wait until everything queued is on disk; re-raise the writer's error, if any."""
-        if self._thread.ident is None:
-            self._thread.start()  # never started: still write what was queued (nothing) and close cleanly
-        if self._thread.is_alive():
+        if self._closed:
+            self._raise()
+            return
+        self._closed = True
+        if self._proc is None and self._thread is None:
+            self.start()  # never started: still write the initial blobs and close cleanly
+        if self._conn is not None:
+            try:
+                self._conn.send(_STOP)
+                while True:
+                    kind, text = self._conn.recv()
+                    if kind == "error":
+                        self._error = self._error or RuntimeError(text)
+                    else:
+                        break
+            except (EOFError, OSError) as e:
+                self._error = self._error or RuntimeError(f"the writer process died: {e}")
+            self._proc.join()
+            self._conn.close()
+            if self._proc.exitcode not in (0, None) and self._error is None:
+                self._error = RuntimeError(f"the writer process exited with code {self._proc.exitcode}")
+        elif self._thread is not None:
             self._queue.put(_STOP)
             self._thread.join()
         self._raise()
+
+    def _poll(self) -> None:
+        while self._conn is not None and self._error is None and self._conn.poll():
+            kind, text = self._conn.recv()
+            if kind == "error":
+                self._error = RuntimeError(text)
 
     def _raise(self) -> None:
         if self._error is not None:
             err, self._error = self._error, None
             raise RuntimeError(f"writing the results ledger {self._path} failed: {err}") from err
 
-    def _run(self, initial_blobs: list[bytes]) -> None:
-        from ledger.store import open_ledger  # noqa: PLC0415
+    def _run_thread(self) -> None:
+        def report(e: BaseException) -> None:
+            if self._error is None:
+                self._error = e
 
-        try:
-            store, blobs = open_ledger(self._path)
-        except BaseException as e:  # noqa: BLE001 - handed to the simulation thread
-            self._error = e
-            return
-        try:
-            blobs.put_many(initial_blobs)
-            while True:
-                item = self._queue.get()
-                if item is _STOP:
-                    break
-                block, data, digests = item
-                if self._error is not None:
-                    continue  # drain: the simulation learns of the error at its next call
-                try:
-                    if blobs.put_many(data) != digests:
-                        raise AssertionError(f"a blob of height {block.height} was reported under the wrong digest")
-                    store.append(block)
-                except BaseException as e:  # noqa: BLE001
-                    self._error = e
-        finally:
-            store.close()
+        _write_all(self._path, self._initial, self._queue.get, report)

@@ -74,3 +74,17 @@ def test_simulation_trains_on_cuda_and_its_ledger_verifies(tmp_path):
     assert again.head_hash == res.head_hash  # same seed, same GPU: same chain
     cpu = Simulation(load_scenario(SCENARIOS / "coordinator_fedavg.toml", rounds=6)).run()
     assert abs(res.final_accuracy - cpu.final_accuracy) <= 0.03, (res.final_accuracy, cpu.final_accuracy)
+
+
+def test_forked_training_workers_fall_back_in_process_after_cuda_autograd():
+    # A backward pass on a machine with CUDA devices starts autograd's device threads; PyTorch then refuses
+    # autograd in any child forked later. A simulation training on the CPU with workers must notice, re-run
+    # the jobs in-process and still produce the very same chain.
+    x = torch.ones(3, device="cuda", requires_grad=True)
+    (x * x).sum().backward()
+    sc = load_scenario(SCENARIOS / "coordinator_fedavg.toml", rounds=3)
+    forked = Simulation(sc, workers=1)
+    a = forked.run()
+    b = Simulation(sc, workers=0).run()
+    assert forked._pool.broken, "the workers could not train after the parent's CUDA autograd"
+    assert a.head_hash == b.head_hash

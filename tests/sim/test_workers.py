@@ -1,0 +1,78 @@
+"""Forked training workers (sim/_workers.py): training moves to other processes, nothing else changes - the
+same ledger head, the same metrics, the same client states - and the workers are gone when the run ends."""
+
+import dataclasses
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sim import Simulation, load_scenario, verify_ledger
+from sim._scenario import FaultConfig
+from sim._workers import default_workers
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def _scenario(algorithm, params, *, rounds=5, members=12, attack="", availability=""):
+    sc = load_scenario(SCENARIOS / "coordinator_fedavg.toml", rounds=rounds, members=members)
+    proto = dataclasses.replace(sc.protocol, algorithm=algorithm, params=params)
+    adv = dataclasses.replace(sc.adversary, availability=availability)
+    if attack:
+        adv = dataclasses.replace(adv, byzantine=2, attack=attack)
+    return dataclasses.replace(sc, protocol=proto, adversary=adv)
+
+
+def _run(sc, workers, ledger=None):
+    s = Simulation(sc, workers=workers, ledger_dir=ledger)
+    res = s.run()
+    trace = [
+        (m.fl_round, m.accuracy, m.loss, m.accepted, m.rejected, m.byzantine_accepted, m.stale_accepted, m.unavailable)
+        for m in res.rounds
+    ]
+    return s, res, trace
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params", "attack", "availability"),
+    [
+        ("scaffold", {"lr": 0.05}, "", ""),  # private client state (c_i) travels through the workers
+        ("fedavg", {"clients": 0}, "alie", ""),  # an omniscient attack reads the honest jobs' results
+        ("mimic", {"lr": 0.05, "local_steps": 10}, "", "bounded(tau_max=3, seed=1)"),  # dropped jobs
+    ],
+)
+def test_workers_change_nothing_but_where_training_runs(algorithm, params, attack, availability, tmp_path):
+    sc = _scenario(algorithm, params, attack=attack, availability=availability)
+    s0, r0, t0 = _run(sc, 0)
+    s2, r2, t2 = _run(sc, 2, ledger=tmp_path / "ledger")
+    assert s0.workers == 0 and s2.workers == 2
+    assert not s2._pool.active, "the pool is closed after the run"
+    assert r2.head_hash == r0.head_hash
+    assert t2 == t0
+    assert s2._client_state == s0._client_state
+    assert multiprocessing.active_children() == [], "no worker outlives its run"
+    ok, line = verify_ledger(tmp_path / "ledger")
+    assert ok, line
+
+
+def test_workers_survive_a_corrupt_coordinator_and_replay_the_same_head():
+    sc = _scenario("fedavg", {"clients": 0}, rounds=4)
+    sc = dataclasses.replace(
+        sc, adversary=dataclasses.replace(sc.adversary, faults=(FaultConfig(target="coordinator", kind="corrupt", from_round=2),))
+    )
+    _, a, _ = _run(sc, 1)
+    _, b, _ = _run(sc, 0)
+    assert a.head_hash == b.head_hash and a.view_changes == b.view_changes >= 1
+
+
+def _default_in_child():
+    return default_workers("cpu")
+
+
+def test_default_workers():
+    assert default_workers("cuda") == 0, "GPU training stays in the process that owns the device"
+    assert default_workers("cpu") >= 0
+    # a simulation inside a worker pool (a reproduction sweep) trains in-process: the sweep already uses the cores
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as ex:
+        assert ex.submit(_default_in_child).result() == 0
