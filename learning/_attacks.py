@@ -20,7 +20,9 @@ float64, rounded once). Conventions:
 Data-level attacks
 ------------------
 A :class:`DataAttack` has ``transform(x, y, *, rng) -> (x', y')`` applied to a client's local batch (or whole
-dataset) before training. Inputs are never modified; numpy arrays and torch tensors are both accepted.
+dataset) before training. Inputs are never modified; numpy arrays and torch tensors are both accepted. An attack
+with ``per_batch = True`` (:class:`Backdoor`) is meant for every minibatch of local training (the simulator passes
+it to the trainer as a batch transform); the others are applied once to the whole local dataset.
 
 Names are resolved at the configuration boundary by :func:`parse_update_attack` / :func:`parse_data_attack`.
 """
@@ -534,10 +536,12 @@ class Backdoor:
     boost: float = 1.0
     image_shape: tuple[int, int] | None = None
     name: ClassVar[str]
+    per_batch: ClassVar[bool] = True
+    """Poison every minibatch of local training (not the local dataset once)."""
 
     def __post_init__(self) -> None:
-        _check_int(self, "target")
-        _check_int(self, "poisoned_per_batch")
+        _check_int(self, "target", minimum=0)
+        _check_int(self, "poisoned_per_batch", minimum=0)
         _check_float(self, "value")
         _check_float(self, "boost")
         for field in ("rows", "cols"):
@@ -591,6 +595,19 @@ class Backdoor:
             self._stamp(x_out[:k])
             y_out[:k] = self.target
         return x_out, y_out
+
+    def trigger_test_set(self, x: Any, y: Any, /) -> tuple[Any, Any]:
+        """The attack-success-rate set (seed_002 §3.4, §7.2 item 11): every sample whose label is not ``target``,
+        trigger stamped, labelled ``target``; a model's accuracy on it is the ASR. Same types as the inputs."""
+        labels = _labels(y, None)
+        if len(x) != len(labels):
+            raise InvalidUpdateError(f"x has {len(x)} samples but y has {len(labels)}")
+        keep = np.flatnonzero(labels != self.target)
+        xs = x[keep]  # a numpy index array selects rows of a torch tensor too (a copy either way)
+        ys = np.full(keep.size, self.target, dtype=labels.dtype) if isinstance(y, np.ndarray) else y.new_full(
+            (keep.size,), self.target)
+        self._stamp(xs)
+        return xs, ys
 
     def boost_update(self, update: np.ndarray, /) -> np.ndarray:
         """Model replacement: ``s · u`` (same dtype)."""

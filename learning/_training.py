@@ -22,6 +22,7 @@ minibatches are ``index_select`` on tensors already in memory (no DataLoader).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace, dataclass
 from typing import Literal
 
@@ -35,6 +36,7 @@ from learning._models import ModelSpec, SeededDropout, build_model
 from learning._params import FlatParameters
 
 __all__ = [
+    "BatchTransform",
     "EvalResult",
     "LocalResult",
     "LocalTrainer",
@@ -65,6 +67,12 @@ def resolve_device(name: str) -> torch.device:
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"device {name!r} requested but only {torch.cuda.device_count()} CUDA device(s) exist")
     return device
+
+
+BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""``(x_batch, y_batch) -> (x', y')``: rewrites each minibatch before its step (a Byzantine client's per-batch data
+poisoning, e.g. :class:`learning._attacks.Backdoor` seed_002 §3.4: the first 20 of every batch of 64 triggered and
+relabelled). Must not modify its inputs (they may be views of the client's dataset)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,6 +232,7 @@ def train_local(
     momentum_buffer: torch.Tensor | None = None,
     gradient_correction: torch.Tensor | None = None,
     cursor: int = 0,
+    batch_transform: BatchTransform | None = None,
 ) -> LocalResult:
     """Run one client's local training from ``global_params`` and return its update Δ (see the module docstring).
 
@@ -248,6 +257,9 @@ def train_local(
         Constant vector c added to every step's gradient (SCAFFOLD ``c − c_i``, seed_001 §2.6).
     cursor:
         Start position for ``sampling="sequential"``.
+    batch_transform:
+        Applied to every minibatch ``(x_b, y_b)`` before its forward pass (per-batch data poisoning); the
+        returned batch is what the step trains on and what ``samples_seen`` counts. ``None``: the batch as drawn.
 
     Returns
     -------
@@ -294,6 +306,8 @@ def train_local(
             xb, yb = x, y
         else:
             xb, yb = x.index_select(0, b), y.index_select(0, b)
+        if batch_transform is not None:
+            xb, yb = batch_transform(xb, yb)
         grad.zero_()
         loss = F.cross_entropy(module(xb), yb)
         loss.backward()
@@ -397,6 +411,7 @@ class LocalTrainer:
         gradient_correction: torch.Tensor | None = None,
         cursor: int = 0,
         prox_mu: float | None = None,
+        batch_transform: BatchTransform | None = None,
     ) -> LocalResult:
         """:func:`train_local` with this trainer's model and config (``prox_mu`` overrides the config's μ)."""
         config = self.config
@@ -412,6 +427,7 @@ class LocalTrainer:
             momentum_buffer=momentum_buffer,
             gradient_correction=gradient_correction,
             cursor=cursor,
+            batch_transform=batch_transform,
         )
 
     def evaluate(self, params: torch.Tensor, data: Dataset, *, batch_size: int = 4096) -> EvalResult:

@@ -112,6 +112,9 @@ class RoundMetrics:
     wall_time_s: float
     bytes_sent: int
     messages: int
+    asr: float = math.nan
+    """Backdoor attack success rate (seed_002 §3.4): the fraction of the triggered non-target test samples the
+    model classifies as the target; NaN without a backdoor (and ``metrics.csv`` then has no such column)."""
 
 
 @dataclass
@@ -131,6 +134,8 @@ class SimResult:
     """peer → (times accepted, times trained)."""
     byzantine: tuple[str, ...] = ()
     member_index: dict[str, int] = field(default_factory=dict)
+    final_asr: float = math.nan
+    """The last evaluated round's attack success rate (NaN without a backdoor)."""
 
 
 class _Adversary(Behavior):
@@ -271,21 +276,32 @@ class Simulation:
         self.poisoned_data: dict[int, Dataset] = {}
         """Member index → its data with the data attack applied (the fixed Byzantine set; every member for a
         per-round adversary, which poisons a client's data only in the rounds it controls that client)."""
-        if scenario.adversary.data_attack:
-            da = parse_data_attack(scenario.adversary.data_attack)
+        self.attack_from = scenario.adversary.from_round
+        self.batch_attack: Any = None
+        """A per-batch data attack (``Backdoor``): applied to every minibatch of an attacking job, its update
+        boosted (``boost_update``) after training; None for whole-dataset attacks."""
+        self.asr_data: Dataset | None = None
+        """The backdoor's attack-success-rate set: non-target test samples, triggered, labelled the target."""
+        da = parse_data_attack(scenario.adversary.data_attack) if scenario.adversary.data_attack else None
+        if da is not None and getattr(da, "per_batch", False):
+            self.batch_attack = da
+            x_asr, y_asr = da.trigger_test_set(self.test.x, self.test.y)  # type: ignore[attr-defined]
+            self.asr_data = Dataset(x=x_asr, y=y_asr, num_classes=self.test.num_classes, name=f"{self.test.name}-asr")
+        elif da is not None:
             victims = sorted(self.byzantine) if not self.per_round else list(self.peers_sorted_by_index(keys))
             for pid in victims:
                 i = self.index[pid]
                 d = self.client_data[i]
                 x, y = da.transform(d.x, d.y, rng=self._rng.child("data-attack", i).numpy())
                 self.poisoned_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
-            if not self.per_round:
+            if not self.per_round and self.attack_from <= 1:  # poisoned for good (else per job, from attack_from)
                 for i, d in self.poisoned_data.items():
                     self.client_data[i] = d
         if self.trainer.device.type != "cpu":  # data lives where the model trains (minibatch indices stay CPU-seeded)
             self.client_data = [d.to(self.trainer.device) for d in self.client_data]
             self.poisoned_data = {i: d.to(self.trainer.device) for i, d in self.poisoned_data.items()}
             self.test = self.test.to(self.trainer.device)
+            self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = None
@@ -421,6 +437,11 @@ class Simulation:
         if not self.per_round:
             return peer in self.byzantine
         return peer in self._byzantine_rounds.get(fl_round, ())
+
+    def _attacking(self, peer: str, fl_round: int) -> bool:
+        """Does the adversary attack ``peer``'s job of ``fl_round`` (Byzantine, and ``adversary.from_round``
+        reached; before it the adversary trains and sends honestly)?"""
+        return fl_round >= self.attack_from and self.is_byzantine(peer, fl_round)
 
     def _corrupt_round(self, peer: str, fl_round: int) -> None:
         """Per-round adversary: on the round's first job, choose exactly ``per_round`` of its sampled clients."""
@@ -590,7 +611,13 @@ class Simulation:
 
     def _local_train(self, i: int, fl_round: int, purpose: str, poisoned: bool = False) -> Any:
         """The host's ``LocalTrain`` for one job: real PyTorch training on member ``i``'s data, seeded per job."""
-        data = self.poisoned_data[i] if poisoned else self.client_data[i]
+        data = self.poisoned_data[i] if poisoned and i in self.poisoned_data else self.client_data[i]
+        batch_transform = None
+        if poisoned and self.batch_attack is not None:
+            attack, arng = self.batch_attack, self._rng.child("data-attack", i, fl_round).numpy()
+
+            def batch_transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
 
         def train(
             model: np.ndarray,
@@ -610,6 +637,7 @@ class Simulation:
                 momentum_buffer=None if momentum_buffer is None else torch.from_numpy(np.array(momentum_buffer)).to(dev),
                 gradient_correction=None if gradient_correction is None else torch.from_numpy(np.array(gradient_correction, dtype=np.float32)).to(dev),
                 prox_mu=prox_mu,
+                batch_transform=batch_transform,
             )
             mb = res.momentum_buffer
             return LocalOutcome(
@@ -660,8 +688,8 @@ class Simulation:
             client_state=self._client_state.get(peer),
             lr=float(self.schedule(job.fl_round - 1)),
             strategy_side=self.strategy is not None and job.purpose == PURPOSE_UPDATE,
-            poisoned=bool(self.per_round) and job.purpose == PURPOSE_UPDATE and self.is_byzantine(peer, job.fl_round)
-            and self.index[peer] in self.poisoned_data,
+            poisoned=job.purpose == PURPOSE_UPDATE and self._attacking(peer, job.fl_round)
+            and (self.batch_attack is not None or self.index[peer] in self.poisoned_data),
         )
         handle = self._pool.submit(spec)
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
@@ -678,7 +706,13 @@ class Simulation:
             return
         if job.purpose == PURPOSE_UPDATE and self.strategy is not None:
             self._pending_state[(peer, job.fl_round)] = client_state
-        if self.update_attack is not None and self.is_byzantine(peer, job.fl_round):
+        if self.batch_attack is not None and job.purpose == PURPOSE_UPDATE and self._attacking(peer, job.fl_round):
+            delta = self.batch_attack.boost_update(delta)  # model replacement: s · Δ (s = 1: no-scale)
+            if not np.isfinite(delta).all():
+                self.diverged_jobs += 1
+                self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
+                return
+        if self.update_attack is not None and self._attacking(peer, job.fl_round):
             rng = self._rng.child("attack", self.index[peer], job.fl_round).numpy()
             honest_jobs = [h for p, h in self._round_jobs.get(job.fl_round, ()) if not self.is_byzantine(p, job.fl_round)]
             rows = [v for v in (h.get()[0] for h in honest_jobs) if np.isfinite(v).all()]
@@ -741,10 +775,12 @@ class Simulation:
                 self.acceptance[t][1] += 1
         for u in block.payload.updates:
             self.acceptance[u.peer][0] += 1
-        acc = loss = math.nan
+        acc = loss = asr = math.nan
         if h % self.sc.eval_every == 0 or h == self.sc.rounds:
             ev = self.trainer.evaluate(torch.from_numpy(np.array(fx.model)), self.test)
             acc, loss = float(ev.accuracy), float(ev.loss)
+            if self.asr_data is not None:
+                asr = float(self.trainer.evaluate(torch.from_numpy(np.array(fx.model)), self.asr_data).accuracy)
         m = RoundMetrics(
             fl_round=h,
             view=block.header.view,
@@ -765,6 +801,7 @@ class Simulation:
             wall_time_s=time.perf_counter() - self._wall0,
             bytes_sent=sum(self.bytes_by_kind.values()),
             messages=sum(self.messages_by_kind.values()),
+            asr=asr,
         )
         self.metrics.append(m)
         for k in [k for k in self._round_jobs if k <= h - self._stale_window]:
@@ -847,4 +884,5 @@ class Simulation:
             acceptance={p: (a, t) for p, (a, t) in sorted(self.acceptance.items())},
             byzantine=tuple(sorted(self.byzantine)),
             member_index=dict(self.index),
+            final_asr=next((m.asr for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan),
         )

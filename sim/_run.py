@@ -27,13 +27,21 @@ import tomli_w
 from ledger import LedgerError, audit_chain
 from ledger.store import open_ledger
 from node.config import dump_genesis
+from learning._attacks import parse_data_attack
 from learning._errors import LearningError
 from learning._strategies import PublicEval
 from node.reexec import reexecutor_for
 from sim._engine import RoundMetrics, Simulation, SimResult
 from sim._scenario import Scenario, load_scenario
 
-__all__ = ["public_eval_for_ledger", "run_scenario", "verify_ledger", "write_results"]
+__all__ = [
+    "has_backdoor",
+    "metric_columns",
+    "public_eval_for_ledger",
+    "run_scenario",
+    "verify_ledger",
+    "write_results",
+]
 
 
 def _plots(out: Path, res: SimResult) -> None:
@@ -72,13 +80,26 @@ def _plots(out: Path, res: SimResult) -> None:
     plt.close(fig)
 
 
+def has_backdoor(scenario: Scenario) -> bool:
+    """Does the scenario run a per-batch backdoor (so its rounds carry an attack success rate)?"""
+    spec = scenario.adversary.data_attack
+    return bool(spec) and bool(getattr(parse_data_attack(spec), "per_batch", False))
+
+
+def metric_columns(scenario: Scenario) -> list[str]:
+    """The ``metrics.csv`` columns: every :class:`RoundMetrics` field, ``asr`` only with a backdoor."""
+    names = [fld.name for fld in dataclasses.fields(RoundMetrics)]
+    return names if has_backdoor(scenario) else [n for n in names if n != "asr"]
+
+
 def write_results(out: Path, scenario: Scenario, res: SimResult, verdict: str, verified: bool) -> dict[str, Any]:
     """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary."""
+    columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([fld.name for fld in dataclasses.fields(RoundMetrics)])
+        w.writerow(columns)
         for m in res.rounds:
-            w.writerow([getattr(m, fld.name) for fld in dataclasses.fields(RoundMetrics)])
+            w.writerow([getattr(m, c) for c in columns])
     (out / "genesis.toml").write_text(dump_genesis(res.genesis), encoding="utf-8")
     (out / "scenario.toml").write_text(tomli_w.dumps(_scenario_toml(scenario)), encoding="utf-8")
     _plots(out, res)
@@ -89,6 +110,7 @@ def write_results(out: Path, scenario: Scenario, res: SimResult, verdict: str, v
         "algorithm": scenario.protocol.algorithm,
         "rounds": len(res.rounds),
         "final_accuracy": res.final_accuracy,
+        **({"final_asr": res.final_asr} if "asr" in columns else {}),
         "head_hash": res.head_hash.hex(),
         "byzantine_clients": [f"n{res.member_index[p]}" for p in res.byzantine],
         "byzantine_accepted_total": sum(m.byzantine_accepted for m in res.rounds),

@@ -35,6 +35,7 @@ Example (``scenarios/quickstart.toml``)::
     [adversary]
     byzantine = 2                                   # the first 2 non-genesis-committee members
     attack = "model_scaling(scale=-1.0)"
+    from_round = 1                                   # attack from this round on (honest before)
     [[adversary.faults]]
     target = "coordinator"                           # or "member:3"
     kind = "corrupt"                                 # drop | delay | corrupt
@@ -283,9 +284,14 @@ class AdversaryConfig:
     """A mobile adversary instead of a fixed set: in every round exactly this many of the sampled clients
     (a seeded choice) run the attack for that round's job (seed_002 §3.1: "exactly round(rK) adversaries per
     round"); needs ``byzantine = 0``."""
+    from_round: int = 1
+    """First round (1-based) in which the adversaries attack; before it they train and send honestly (seed_002
+    §3.4: the backdoor runs "after the 10-th global round", i.e. ``from_round = 11``). Applies to ``attack`` and
+    ``data_attack``; availability and faults have their own schedules."""
 
     def __post_init__(self) -> None:
         _check(self.byzantine >= 0, "byzantine must be >= 0")
+        _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.per_round >= 0, "per_round must be >= 0")
         _check(self.per_round == 0 or self.byzantine == 0, "give either byzantine (a fixed set) or per_round, not both")
         _check(self.per_round == 0 or bool(self.attack or self.data_attack), "per_round adversaries need an attack")

@@ -38,11 +38,13 @@ def test_scenarios_validate_and_time_units_fit(path: Path) -> None:
     the upload's latency) lands before the deadline T_d, and a d-round delay is d × T_d (seed_002 §1.2)."""
     sc = load_scenario(path)
     strat = strategy_from_params(sc.protocol.algorithm, dict(sc.protocol.params))
-    assert strat.name == "sself" and strat.e_th == 1.0 and strat.delta == 1.0 and strat.entropy_impl == "exact"
+    backdoor = "backdoor" in path.stem
+    assert strat.name == "sself" and strat.entropy_impl == "exact"
+    assert (strat.e_th, strat.delta) == ((2.0, 5.0) if backdoor else (1.0, 1.0))  # Table 3 / Tables 1-2
     deadline_ms = sc.protocol.timeout_ticks_train * sc.protocol.tick_ms
     assert deadline_ms == sc.compute.round_ms == seed002.T_UNIT_S * 1000
     assert sc.compute.train_ms * (1 + sc.compute.speed_spread) + sc.network.latency_ms + sc.network.jitter_ms < deadline_ms
-    assert sc.data.public_size > 0 and sc.data.partition == "shards"
+    assert sc.data.public_size > 0 and sc.data.partition == ("dirichlet" if backdoor else "shards")
     if sc.adversary.availability:
         avail = parse_availability(sc.adversary.availability, AvailabilityContext(
             members=sc.members, sizes=(1,) * sc.members, labels=((0,),) * sc.members, rounds=sc.rounds))
@@ -51,6 +53,9 @@ def test_scenarios_validate_and_time_units_fit(path: Path) -> None:
         assert strat.max_staleness == 0
     if sc.adversary.byzantine:
         assert sc.adversary.byzantine == sc.members // 5  # r = 0.2 (§3.1)
+    if backdoor:  # §3.4 / §6.1: r = 0.1 (1 of K = 10 per round), batch 64, from "after the 10-th round"
+        assert sc.adversary.per_round == 1 and sc.training.batch_size == 64 and sc.adversary.from_round == 11
+        assert sc.data.partition_params["alpha"] == 0.5
 
 
 def test_plan_replaces_strategy_params_and_times_wait() -> None:
@@ -67,6 +72,16 @@ def test_plan_replaces_strategy_params_and_times_wait() -> None:
     assert lf["adversary"] == {"byzantine": 4, "attack": "model_scaling(factor=-10.0)", "data_attack": ""}
     flip = runs["R4-LF-FedAsync-ELF-s0"].data()
     assert flip["adversary"]["data_attack"] == "label_flip(num_classes=10)" and flip["adversary"]["attack"] == ""
+    assert flip["adversary"]["byzantine"] == 0 and flip["adversary"]["per_round"] == 2  # exactly round(r·K) (§3.1)
+    for variant, boost in (("scaled", 10.0), ("noscale", 1.0)):
+        bd = runs[f"R3-{variant}-NormThr-s1"].data()
+        assert bd["protocol"] == {**bd["protocol"], "algorithm": "norm_threshold",
+                                  "params": {"clients": 10, "threshold": 2.0}}
+        assert bd["adversary"]["per_round"] == 1 and bd["adversary"]["from_round"] == 11
+        assert f"boost={boost!r}" in bd["adversary"]["data_attack"] and "poisoned_per_batch=20" in bd["adversary"]["data_attack"]
+        assert bd["training"]["batch_size"] == 64 and bd["rounds"] == seed002.ROUNDS
+    ss = strategy_from_params("sself", runs["R3-scaled-Sself-s0"].data()["protocol"]["params"])
+    assert (ss.gamma, ss.delta, ss.e_th, ss.max_staleness) == (1.0, 5.0, 2.0, 0)
     assert flip["protocol"]["params"]["filter"] is True and flip["protocol"]["algorithm"] == "fedasync"
     assert lf["protocol"]["params"]["entropy_impl"] == "naive_float32" and lf["protocol"]["params"]["gamma"] == 1.0
     assert "availability" not in lf["adversary"]
@@ -83,6 +98,12 @@ def test_plan_replaces_strategy_params_and_times_wait() -> None:
 def _result(points: list[tuple[float, float]]) -> RunResult:
     rows = [{"virtual_time_s": str(2.0 * t), "accuracy": str(a)} for t, a in points]
     return RunResult(label="x", rows=rows, records=[], verified=True, verify_line="", wall_s=0.0, out=Path("."))
+
+
+def test_asr_metric_is_the_mean_of_the_last_three_evaluations() -> None:
+    rows = [{"accuracy": "0.8", "asr": a} for a in ("0.1", "nan", "0.9", "0.6", "0.3")]
+    res = RunResult(label="x", rows=rows, records=[], verified=True, verify_line="", wall_s=0.0, out=Path("."))
+    assert seed002.asr_rounds(res) == pytest.approx((0.9 + 0.6 + 0.3) / 3)
 
 
 def test_time_metrics() -> None:
@@ -103,20 +124,22 @@ def test_time_metrics() -> None:
 
 def test_fast_reproduction(tmp_path: Path) -> None:
     """R2 model poisoning (seed 0, 12 rounds): FedAvg collapses, Sself does not (§6.3 A8 a, b); the −10·w models are
-    over-confident and lose on F_pub (D1, D2); every R1 Sself block equals the independent recomputation (W1)."""
+    over-confident and lose on F_pub (D1, D2); every R1 Sself block equals the independent recomputation (W1); the
+    scaled backdoor (seed 0, 14 rounds, attack from round 11) backdoors FedAvg but not Sself (A9 a, b, e)."""
     report = seed002.reproduce(tmp_path, fast=True, workers=2)
     path = write_report(tmp_path, report)
     failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
     assert not failed, failed
-    assert {c.name for c in report.claims} == {"A8-fasta", "A8-fastb", "D1", "D2", "W1"}
+    assert {c.name for c in report.claims} == {"A8-fasta", "A8-fastb", "A9-fasta", "A9-fastb", "A9-faste", "D1", "D2",
+                                               "W1"}
     assert all(r.verified and "rounds re-executed" in r.verify_line for r in report.runs.values())
     assert report.ok and "Verdict: PASS" in path.read_text()
-    assert (tmp_path / "accuracy_R2-MP.png").is_file()
+    assert (tmp_path / "accuracy_R2-MP.png").is_file() and (tmp_path / "asr_R3-scaled.png").is_file()
 
 
 @pytest.mark.slow
 def test_full_reproduction(tmp_path: Path) -> None:
-    """The whole §6 reproduction without R3 (78 simulations): A1-A8, A11, A12, B1-B3, D1-D3, W1."""
+    """The whole §6 reproduction (102 simulations): A1-A12, B1-B3, D1-D3, W1."""
     report = seed002.reproduce(tmp_path, fast=False, workers=2)
     write_report(tmp_path, report)
     failed = [f"{c.name}: {c.measured}" for c in report.claims if not c.passed]
