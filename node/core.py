@@ -75,7 +75,7 @@ from ledger import (
     update_sign_bytes,
 )
 from ledger.store import MemoryBlobStore
-from learning._blobs import blob_to_vector, vector_to_blob
+from learning._blobs import vector_to_blob
 from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
 from learning._strategies import PublicEval
@@ -655,7 +655,7 @@ class NodeCore:
             blob = self._blob(digest)
             if blob is not None:
                 try:
-                    model = np.array(blob_to_vector(blob, dim=self._dim, what="model"))
+                    model = np.array(self._decoder.vector(blob, dim=self._dim, what="model"))
                 except InvalidUpdateError:
                     model = None
         self._model = model
@@ -808,7 +808,7 @@ class NodeCore:
             blob = self._blob(self._state.model_digest)
             if blob is not None:
                 try:
-                    self._model = np.array(blob_to_vector(blob, dim=self._dim, what="model"))
+                    self._model = np.array(self._decoder.vector(blob, dim=self._dim, what="model"))
                 except InvalidUpdateError:
                     self._dropped["bad model blob"] += 1
                     return

@@ -463,6 +463,8 @@ class Simulation:
         return primary(self._committee, self.head_hash, self._written + 1, 0)
 
     def _faulty(self, peer: str, kind: str) -> bool:
+        if not self._faults:
+            return False
         h = self._height()
         for target, f in self._faults:
             if f.kind != kind or h < f.from_round:
@@ -472,6 +474,8 @@ class Simulation:
         return False
 
     def _delay_us(self, peer: str) -> int:
+        if not self._faults:
+            return 0
         h = self._height()
         extra = 0.0
         for target, f in self._faults:

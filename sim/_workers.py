@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import os
+import pickle
 import queue
 import sys
 import threading
@@ -61,11 +62,14 @@ def _serve(conn: Connection) -> None:
         jid, spec = msg
         try:
             assert _HOST is not None, "training worker without a host simulation"
-            reply = (jid, True, _HOST._run_job(spec))
-        except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises it there
-            reply = (jid, False, f"{type(e).__name__}: {e}")
+            reply: tuple[int, bool, Any] = (jid, True, _HOST._run_job(spec))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it there
+            reply = (jid, False, e)
         try:
-            conn.send(reply)
+            try:
+                conn.send(reply)
+            except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
+                conn.send((jid, False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]}")))
         except (BrokenPipeError, OSError):
             return
 
@@ -172,15 +176,19 @@ class TrainingPool:
             conn = self._conns[i]
             while self._sent[i] and (block or conn.poll()):
                 block = False
-                jid, ok, value = conn.recv()
+                try:
+                    jid, ok, value = conn.recv()
+                except (EOFError, OSError) as e:
+                    code = self._procs[i].exitcode if i < len(self._procs) else None
+                    raise RuntimeError(f"training worker {i} died (exit code {code}): {e!r}") from None
                 job = self._sent[i].pop(jid)
                 if ok:
                     job._value, job._spec = value, None
-                elif _BAD_FORK in value and "RuntimeError" in value:
+                elif isinstance(value, RuntimeError) and _BAD_FORK in str(value):
                     self.broken = True  # trains here when wanted (its _spec stays)
                     job._worker = None
                 else:
-                    raise RuntimeError(f"training job failed in a worker: {value}")
+                    raise value  # the job's own error, as training in-process would have raised it
 
     def _train_here(self, job: Job) -> None:
         assert job._spec is not None

@@ -76,3 +76,19 @@ def test_default_workers():
     # a simulation inside a worker pool (a reproduction sweep) trains in-process: the sweep already uses the cores
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as ex:
         assert ex.submit(_default_in_child).result() == 0
+
+
+def test_a_job_that_fails_in_a_worker_raises_its_own_error():
+    # a client whose labels the 10-output model cannot have: cross-entropy refuses them, here or in a worker
+    from learning._data import Dataset
+
+    errors = []
+    for workers in (0, 1):
+        s = Simulation(_scenario("fedavg", {"clients": 0}, rounds=2), workers=workers)
+        d = s.client_data[5]
+        s.client_data[5] = Dataset(x=d.x, y=d.y + 100, num_classes=200, name=d.name)  # the model has 10 outputs
+        with pytest.raises(Exception) as info:
+            s.run()
+        errors.append((type(info.value), str(info.value)))
+        assert multiprocessing.active_children() == []
+    assert errors[0] == errors[1]
