@@ -126,6 +126,42 @@ def test_fast_reproduction(tmp_path: Path) -> None:
     assert (tmp_path / "accuracy_S5.png").is_file()
 
 
+def test_s4_mimic_ledger_replays_algorithm_1(tmp_path: Path) -> None:
+    """S4 (2 of 20 clients per round, round 0 all-active) through the real simulator: an independent float64
+    Algorithm 1 (seed_001 §2.3, Convention G, η_t = K·max(0.05·0.97^t, 1e-5), t = height − 1) fed with the uploads
+    stored in the ledger reproduces every committed model to float32 rounding, keeps Σ_i c^i = 0, and every
+    upload is fresh (trained from the round's own model)."""
+    from benchmarks.repro._common import run_all
+    from learning._blobs import blob_to_vector
+    from ledger.store import open_ledger
+
+    rounds, k = 25, 10
+    run = seed001._run("S4", "MimiC", 1, rounds)
+    res = run_all([run], tmp_path, workers=1, log=lambda _: None)[run.label]
+    store, blobs = open_ledger(res.out / "ledger", readonly=True, check_index=False)
+    with store:
+        genesis = store.genesis()
+        w = blob_to_vector(blobs.get(genesis.model.digest)).astype(np.float64)
+        c = {m.peer_id: np.zeros(w.shape[0]) for m in genesis.members}
+        sizes = []
+        for h in range(1, store.height() + 1):
+            payload = store.get(h).payload
+            assert all(u.fl_round == h for u in payload.updates)
+            g = {u.peer: blob_to_vector(blobs.get(u.digest)).astype(np.float64) for u in payload.updates}
+            sizes.append(len(g))
+            v = sum(g[p] + c[p] for p in sorted(g)) / len(g)  # lines 5-8
+            w_ref = w - k * max(0.05 * 0.97 ** (h - 1), 1e-5) * v  # line 9
+            for p in g:  # line 10
+                c[p] = v - g[p]
+            committed = blob_to_vector(blobs.get(payload.model_digest)).astype(np.float64)
+            np.testing.assert_allclose(committed, w_ref, rtol=0, atol=1e-6 * (1 + np.abs(w_ref).max()))
+            total = sum(c.values())
+            assert np.abs(total).max() <= 1e-8 * (1 + max(np.abs(x).max() for x in c.values()))
+            w = committed
+    assert store.height() == rounds and sizes[0] == 20 and set(sizes[1:]) == {2}
+    assert res.verified
+
+
 @pytest.mark.slow
 def test_full_reproduction(tmp_path: Path) -> None:
     """The whole §6 reproduction (75 simulations, about 10 minutes on 2 cores): A1, A5, A6, B1-B7."""
