@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # GPU and quiet-CPU checks for a machine with a CUDA device (run from the repository root).
 #   bash benchmarks/device_check.sh [OUTDIR]
-# 1. the gpu-marked tests (training on CUDA, a simulation training on CUDA whose ledger verifies);
-# 2. the simulation-overhead benchmark pinned to 2 quiet cores (as CI machines have), W1 and the 50-client variant.
+# 1. the gpu-marked tests (training on CUDA, a simulation training on CUDA whose ledger verifies, forked
+#    training workers falling back in-process after CUDA autograd);
+# 2. the simulation-overhead benchmark pinned to 2 quiet cores (as CI machines have): W1 on two core pairs,
+#    the 50-client variant, and sim_variants.py (training workers 0/1/2 x results ledger off/on).
 # Python packages missing on the machine can be installed first (see README, "GPU checks").
 set -u -o pipefail
 OUT=${1:-results/device}
@@ -10,12 +12,21 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/gpu.txt"
-$PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$OUT/gpu.txt"
-$PY -m pytest tests/learning/test_cuda.py -m gpu -p no:cacheprovider -W "ignore::DeprecationWarning" 2>&1 | tee "$OUT/gpu_tests.log"
-# The CPU benchmark hides the GPU (CUDA_VISIBLE_DEVICES=): on a machine with CUDA devices, the plain loop's
+$PY -c "import torch, sys, os; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cpus', os.cpu_count())" | tee -a "$OUT/gpu.txt"
+cat /proc/loadavg | tee -a "$OUT/gpu.txt"
+$PY -m pytest tests/learning/test_cuda.py -m gpu -p no:cacheprovider -W "ignore::DeprecationWarning" 2>&1 | tee "$OUT/gpu_tests.log" | tail -3
+# The CPU benchmarks hide the GPU (CUDA_VISIBLE_DEVICES=): on a machine with CUDA devices, the plain loop's
 # backward pass starts autograd's device threads and forked training workers would fall back in-process
 # (tested above); hiding the device makes this a 2-core CPU machine, as CI machines are.
 export CUDA_VISIBLE_DEVICES=
-taskset -c 0,1 $PY benchmarks/sim_overhead.py --repeat 3 --no-torch --json "$OUT/w1_2cores.json" 2>&1 | tee "$OUT/w1_2cores.log"
-taskset -c 0,1 $PY benchmarks/sim_overhead.py --repeat 3 --no-torch --no-inprocess --workers 2 --json "$OUT/w1_2cores_w2.json" 2>&1 | tee "$OUT/w1_2cores_w2.log"
-taskset -c 0,1 $PY benchmarks/sim_overhead.py --repeat 2 --no-torch --clients 50 --rounds 20 --json "$OUT/c50_2cores.json" 2>&1 | tee "$OUT/c50_2cores.log"
+show() { grep -E "ratio|In-process|^\| [a-z\`]|samples" "$1"; }
+for cores in 2,3 0,1; do
+  echo "== W1, cores $cores"
+  taskset -c $cores $PY benchmarks/sim_overhead.py --repeat 5 --no-torch --json "$OUT/w1_cores$cores.json" > "$OUT/w1_cores$cores.log" 2>&1
+  show "$OUT/w1_cores$cores.log"
+done
+echo "== 50 clients x 20 rounds, cores 2,3"
+taskset -c 2,3 $PY benchmarks/sim_overhead.py --repeat 3 --no-torch --clients 50 --rounds 20 --json "$OUT/c50.json" > "$OUT/c50.log" 2>&1
+show "$OUT/c50.log"
+echo "== variants, cores 2,3"
+taskset -c 2,3 $PY benchmarks/sim_variants.py --repeat 3 --workers 0 1 2 2>&1 | tee "$OUT/variants.log"
