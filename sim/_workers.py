@@ -4,16 +4,19 @@ A job is a pure function of its ``_JobSpec`` and the scenario (``Simulation._run
 it runs does not change a bit of the result: the same seeds, the same single-threaded PyTorch kernels, the
 same inputs. That gives two freedoms the event loop uses:
 
-* **Lazy jobs.** A job kept in this process runs when its result is first needed - when its *virtual*
-  finish time comes - not when the node asks for it. The jobs of a round then run back to back (warm
-  caches) instead of interleaved with every node's commit handling, and a job whose result is never
-  needed (a round the run stops before) never runs.
-* **Worker processes.** With ``workers = n`` the event loop hands about ``n/(n+1)`` of the jobs to ``n``
-  forked processes as it submits them, and trains the rest itself when their results are due, so both
-  cores train a round's jobs at the same time (Flower's simulation hands clients to Ray workers for the
-  same reason, at the price of Ray's start-up).
+* **Lazy jobs.** A job runs when a worker takes it or when its result is first needed - at its *virtual*
+  finish time - not when the node asks for it. Jobs this process trains run back to back (warm caches)
+  instead of interleaved with every node's commit handling, and a job whose result is never needed (a
+  round the run stops before) never runs.
+* **Worker processes.** With ``workers = n``, ``n`` forked processes take jobs from the front of one queue
+  (a couple each at a time, so none idles while there is work) and this process trains from the back of
+  it while it would otherwise wait for a result, so both cores train a round's jobs at the same time
+  (Flower's simulation hands clients to Ray workers for the same reason, at the price of Ray's start-up).
+  The protocol work after a round's training - the committee receiving the updates, re-execution, pBFT,
+  the commit fan-out - cannot overlap it (the next round's jobs need the commit), so a run's wall time is
+  about that protocol work plus the training divided among the processes.
 
-Workers are forked when ``run()`` starts, before the ledger writer thread, so they share the client data
+Workers are forked when ``run()`` starts, before the ledger writer, so they share the client data
 copy-on-write; only the job (model vector, seeds, states) and its result cross a pipe. Each worker reads
 jobs on a thread of its own, so this process never blocks on a full pipe while the worker is blocked
 sending a result. PyTorch refuses autograd in a child forked after the parent's autograd engine started
