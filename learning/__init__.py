@@ -107,6 +107,7 @@ from learning._partition import (
 )
 
 from learning._training import (
+    BatchTransform,
     EvalResult,
     LocalResult,
     LocalTrainer,
@@ -222,6 +223,7 @@ from learning._strategies import (
     ClientUpload,
     FedAvg,
     FedRo,
+    HOST_PARAM_KEYS,
     LocalOutcome,
     LocalTrain,
     PublicEval,
@@ -334,6 +336,7 @@ __all__ = [
     "Availability",
     "AvailabilityContext",
     "Backdoor",
+    "BatchTransform",
     "BoundedDropout",
     "Bucketing",
     "BucketingCClip",
@@ -391,6 +394,7 @@ __all__ = [
     "Gaussian",
     "GeometricMedian",
     "GradientScaling",
+    "HOST_PARAM_KEYS",
     "IIDPartition",
     "InnerProductManipulation",
     "InvalidUpdateError",

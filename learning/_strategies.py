@@ -36,6 +36,7 @@ __all__ = [
     "ClientUpload",
     "FedAvg",
     "FedRo",
+    "HOST_PARAM_KEYS",
     "LocalOutcome",
     "LocalTrain",
     "PublicEval",
@@ -231,12 +232,22 @@ def register_strategy(name: str) -> Callable[[type[_S]], type[_S]]:
     return deco
 
 
+HOST_PARAM_KEYS: frozenset[str] = frozenset({"sampling_seed"})
+"""Reserved ``protocol.params`` keys that the host's round rules read, never a strategy: ``sampling_seed``
+(``node._rounds.RoundRules``: experiment-seeded client sampling). :func:`strategy_from_params` strips them
+before the strategy sees its parameters, so a strategy's own parameter check never meets them; a strategy
+must not use these names."""
+
+
 def strategy_from_params(name: str, params: Mapping[str, Any]) -> Strategy:
-    """Resolve ``name`` and build it from the genesis ``protocol.params`` (the config boundary)."""
+    """Resolve ``name`` and build it from the genesis ``protocol.params`` (the config boundary).
+
+    The reserved host keys (:data:`HOST_PARAM_KEYS`) are removed first; every other key reaches the
+    strategy's ``from_params`` unchanged."""
     factory = STRATEGIES.get(name)
     if factory is None:
         raise ConfigError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
-    return factory(params)
+    return factory({k: v for k, v in params.items() if k not in HOST_PARAM_KEYS})
 
 
 def _take(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> dict[str, Any]:

@@ -10,9 +10,10 @@ implementation, so a proposal the committee accepted always re-executes in the a
   the previous block hash; the score rows in ``payload.attestations`` decide ``S_a^t`` and
   ``S_c^{t+1}`` (``consensus.check_cmfl_payload``); the aggregate is eq. 5/6,
   ``w̄^{t+1} = w̄^t + Σ_{k∈S_a} (n_k / Σ_j n_j) Δ_k``.
-* **coordinator mode**: clients sampled from all members by the previous block hash; the strategy
-  named in the genesis aggregates the included updates; the next committee is sampled from the members
-  with the seed ``H(prev_hash ‖ height)``.
+* **coordinator mode**: clients sampled from all members by the previous block hash (or, for paired
+  experiments, by the genesis' ``protocol.params.sampling_seed``: see :func:`sampling_seed_of`); the
+  strategy named in the genesis aggregates the included updates; the next committee is sampled from the
+  members with the seed ``H(prev_hash ‖ height)``.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from ledger import (
     update_sign_bytes,
 )
 from learning._blobs import blob_to_vector, vector_to_blob
-from learning._errors import InvalidUpdateError, LearningError
+from learning._errors import ConfigError, InvalidUpdateError, LearningError
 from learning._strategies import (
+    HOST_PARAM_KEYS,
     AggregateResult,
     ClientUpdate,
     FedAvg,
@@ -55,7 +57,61 @@ from learning._strategies import (
     strategy_from_params,
 )
 
-__all__ = ["RoundHistory", "RoundPlan", "RoundRules", "evidence_key", "round_rng"]
+__all__ = [
+    "SAMPLING_SEED_KEY",
+    "RoundHistory",
+    "RoundPlan",
+    "RoundRules",
+    "evidence_key",
+    "round_rng",
+    "sampling_seed_of",
+    "seeded_sampling_hash",
+]
+
+SAMPLING_SEED_KEY = "sampling_seed"
+"""Reserved ``protocol.params`` key of :func:`sampling_seed_of` (one of ``learning``'s ``HOST_PARAM_KEYS``, which
+:func:`strategy_from_params` strips, so strategies never see it)."""
+if SAMPLING_SEED_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
+    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {SAMPLING_SEED_KEY!r}")
+
+
+def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") -> int | None:
+    """The experiment sampling seed of a genesis' ``protocol.params``, or None when the key is absent.
+
+    ``sampling_seed`` (an int in ``[0, 2^64)``; bool, float, str or a negative value raise
+    :class:`ConfigError`) makes coordinator-mode client sampling depend on the seed instead of the previous
+    block hash (:func:`seeded_sampling_hash`): two chains with the same members and the same seed ask the same
+    clients to train in every round, whatever their algorithms and models - the pairing a comparison of
+    schemes on the same draws needs (the seed_002 prototype fixes the sampled clients per seed). Only a
+    semi-synchronous strategy's busy trainers (still computing an earlier round) are taken out of the pool
+    first, as without the key.
+
+    Trade-off: a seeded sample is public and fixed before the chain starts, so anyone can tell for every round
+    who will be asked to train. That is fine for paired experiments, but weaker against an adaptive adversary
+    (who can corrupt or prepare exactly the clients of a future round) than the default sample, which nobody
+    knows before the previous block is committed. Leave the key out in deployments. Committee mode (CMFL)
+    does not take the key (its training sample stays chain-seeded) and rejects it.
+    """
+    if SAMPLING_SEED_KEY not in params:
+        return None
+    v = params[SAMPLING_SEED_KEY]
+    if type(v) is not int:
+        raise ConfigError(
+            f"protocol.params.{SAMPLING_SEED_KEY} must be a non-negative int, got {type(v).__name__} {v!r}"
+        )
+    if not 0 <= v < 2**64:
+        raise ConfigError(f"protocol.params.{SAMPLING_SEED_KEY} must be a non-negative int below 2^64, got {v}")
+    if mode == COMMITTEE_MODE:
+        raise ConfigError(
+            f"protocol.params.{SAMPLING_SEED_KEY} applies to coordinator mode only; committee mode samples by the chain"
+        )
+    return v
+
+
+def seeded_sampling_hash(sampling_seed: int) -> bytes:
+    """The 32 bytes that stand in for the previous block hash when clients are sampled by ``sampling_seed``
+    (domain-separated from every chain hash)."""
+    return hash_tagged(b"concilium-seeded-sampling/v1", struct.pack(">Q", sampling_seed))
 
 
 def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:
@@ -127,6 +183,9 @@ class RoundRules:
         self.members = genesis.member_ids
         self.committee_mode = genesis.protocol.mode == COMMITTEE_MODE
         self.cmfl = CmflParams.from_genesis(genesis) if self.committee_mode else None
+        seed = sampling_seed_of(genesis.protocol.params, mode=genesis.protocol.mode)
+        self.sampling_hash: bytes | None = None if seed is None else seeded_sampling_hash(seed)
+        """Coordinator mode with ``sampling_seed``: what ranks the trainers instead of the previous block hash."""
         self.strategy: Strategy = FedAvg() if self.committee_mode else strategy_from_params(
             genesis.protocol.algorithm, genesis.protocol.params
         )
@@ -157,7 +216,8 @@ class RoundRules:
             busy = history.busy(h)
             pool = tuple(m for m in self.members if m not in busy) or self.members
         k = self.strategy.clients_per_round(len(pool))
-        trainers = sample_training_clients(pool, (), state.head_hash, h, k)
+        seed = state.head_hash if self.sampling_hash is None else self.sampling_hash
+        trainers = sample_training_clients(pool, (), seed, h, k)
         return RoundPlan(h, committee, trainers, ())
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:

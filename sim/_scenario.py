@@ -103,6 +103,10 @@ class ProtocolSection:
         _check(self.quorum in QUORUM_RULES, f"quorum must be one of {', '.join(QUORUM_RULES)}")
         _check(self.committee_size >= 1, "committee_size must be >= 1")
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
+        if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
+            from node._rounds import sampling_seed_of  # noqa: PLC0415
+
+            sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -63,7 +63,7 @@ def test_plan_replaces_strategy_params_and_times_wait() -> None:
     assert len(runs) == 3 * sum(len(g.schemes) for g in seed002.GROUPS.values())
     wait = runs["R4-MP-wait-RFA-s2"].data()
     assert wait["protocol"]["algorithm"] == "fedavg_stragglers" and wait["protocol"]["params"] == {
-        "clients": 10, "aggregator": "rfa"}
+        "clients": 10, "aggregator": "rfa", "sampling_seed": 2}
     assert wait["protocol"]["timeout_ticks_train"] == seed002.WAIT_TICKS and wait["rounds"] == seed002.WAIT_ROUNDS
     assert wait["seed"] == 2 and wait["data"]["params"]["seed"] == 2
     assert wait["adversary"]["attack"] == "model_scaling(factor=-10.0)"
@@ -76,7 +76,7 @@ def test_plan_replaces_strategy_params_and_times_wait() -> None:
     for variant, boost in (("scaled", 10.0), ("noscale", 1.0)):
         bd = runs[f"R3-{variant}-NormThr-s1"].data()
         assert bd["protocol"] == {**bd["protocol"], "algorithm": "norm_threshold",
-                                  "params": {"clients": 10, "threshold": 2.0}}
+                                  "params": {"clients": 10, "threshold": 2.0, "sampling_seed": 1}}
         assert bd["adversary"]["per_round"] == 1 and bd["adversary"]["from_round"] == 11
         assert f"boost={boost!r}" in bd["adversary"]["data_attack"] and "poisoned_per_batch=20" in bd["adversary"]["data_attack"]
         assert bd["training"]["batch_size"] == 64 and bd["rounds"] == seed002.ROUNDS
@@ -93,6 +93,22 @@ def test_plan_replaces_strategy_params_and_times_wait() -> None:
     for r in runs.values():  # every run's file and overrides validate
         d = r.data()
         strategy_from_params(d["protocol"]["algorithm"], d["protocol"]["params"])
+
+
+def test_plan_pairs_every_scheme_of_a_seed() -> None:
+    """The spec's prototype compares the schemes of a seed on the same draws: every run of a seed has the same
+    scenario name (the simulator derives the peer ids from it) and ``sampling_seed`` (the sampled clients), in
+    every group, while the run labels (folders, results) stay distinct."""
+    runs = seed002.plan(fast=False)
+    assert len({r.label for r in runs}) == len(runs)
+    for seed in seed002.SEEDS:
+        datas = [r.data() for r in runs if r.label.endswith(f"-s{seed}")]
+        assert len(datas) == sum(len(g.schemes) for g in seed002.GROUPS.values())
+        assert {d["name"] for d in datas} == {f"seed002-s{seed}"}
+        assert {d["protocol"]["params"]["sampling_seed"] for d in datas} == {seed}
+        assert all(d["seed"] == seed for d in datas)
+    for r in seed002.plan(fast=True):
+        assert r.data()["protocol"]["params"]["sampling_seed"] == 0 and r.data()["name"] == "seed002-s0"
 
 
 def _result(points: list[tuple[float, float]]) -> RunResult:
