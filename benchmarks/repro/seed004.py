@@ -646,7 +646,7 @@ def reproduce(out: Path, *, fast: bool, workers: int = 2, with_r5: bool = False)
 
     from learning import probability_no_takeover, recommend
 
-    report = Report("seed004", "Tackling Byzantine Clients in Federated Learning (FedRo): sample size n̂ (Fig. 2)")
+    report = Report("seed004", "Tackling Byzantine Clients in Federated Learning (FedRo): sample size n̂ (Fig. 2), local steps (Figs. 3-4, Lemmas 5-6)")
     _check_theory(report)
     with threadpool_limits(limits=1):  # one BLAS thread per process (oversubscribed BLAS is ~20x slower here)
         plan, points = runs(fast=fast)
