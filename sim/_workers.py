@@ -31,6 +31,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,9 @@ _BAD_FORK = "fork"
 
 def _serve(conn: Connection) -> None:
     """A worker: run ``_HOST._run_job`` on each ``(job id, spec)`` received; reply ``(job id, ok, value)``."""
+    # Ctrl-C reaches the whole process group: the parent stops workers and drains the writer itself (a
+    # decided block is never lost to an interrupt), so the child must not die of it mid-write.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     def read() -> None:  # drain the job pipe always, so the parent's send never waits on our send

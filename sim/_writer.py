@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -63,6 +64,9 @@ def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) 
 
 def _serve(path: Path, initial_blobs: list[bytes], conn: Any) -> None:
     """The writer process: blocks from ``conn``, one ``("error", text)`` on failure, ``("done", None)`` at the end."""
+    # Ctrl-C reaches the whole process group: the parent stops workers and drains the writer itself (a
+    # decided block is never lost to an interrupt), so the child must not die of it mid-write.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
     def read() -> None:
