@@ -29,7 +29,8 @@ FULL = sorted((SCENARIOS / "full").glob("seed002_*.toml"))
 def test_scenario_files_exist() -> None:
     assert {p.name for p in SMALL} == {g.scenario for g in seed002.GROUPS.values()}
     assert {p.stem for p in FULL} == {f"seed002_{d}_{k}" for d in ("mnist", "fmnist", "cifar10")
-                                      for k in ("stragglers", "poison", "stragglers_poison")}
+                                      for k in ("stragglers", "poison", "stragglers_poison")} | {
+        "seed002_mnist_backdoor", "seed002_fmnist_backdoor"}  # Fig. 3 / Table 3 (MNIST, FMNIST)
 
 
 @pytest.mark.parametrize("path", SMALL + FULL, ids=lambda p: p.stem)
