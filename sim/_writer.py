@@ -125,7 +125,12 @@ class LedgerWriter:
         self._poll()
         self._raise()
         if self._conn is not None:
-            self._conn.send((block.encode(), blobs, digests))  # type: ignore[attr-defined]
+            try:
+                self._conn.send((block.encode(), blobs, digests))  # type: ignore[attr-defined]
+            except OSError as e:  # BrokenPipeError: the writer process is gone
+                self._poll()  # its own error first, if it sent one before dying
+                self._died(e)
+                self._raise()
         else:
             self._queue.put((block, blobs, digests))
 
@@ -157,11 +162,19 @@ class LedgerWriter:
             self._thread.join()
         self._raise()
 
+    def _died(self, e: BaseException) -> None:
+        if self._error is None:
+            self._proc.join(timeout=5)
+            self._error = RuntimeError(f"the writer process died (exit code {self._proc.exitcode}): {e!r}")
+
     def _poll(self) -> None:
-        while self._conn is not None and self._error is None and self._conn.poll():
-            kind, text = self._conn.recv()
-            if kind == "error":
-                self._error = RuntimeError(text)
+        try:
+            while self._conn is not None and self._error is None and self._conn.poll():
+                kind, text = self._conn.recv()
+                if kind == "error":
+                    self._error = RuntimeError(text)
+        except (EOFError, OSError) as e:
+            self._died(e)
 
     def _raise(self) -> None:
         if self._error is not None:

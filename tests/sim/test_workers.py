@@ -136,3 +136,19 @@ def test_ctrl_c_keeps_every_decided_block_and_leaves_no_process(tmp_path):
         assert store.height() >= 3
     ok, line = verify_ledger(out / "ledger")
     assert ok, line
+
+
+def test_a_killed_ledger_writer_stops_the_run_with_a_clear_error(tmp_path):
+    import os
+    import signal
+
+    s = Simulation(_scenario("fedavg", {"clients": 0}, rounds=8), workers=0, ledger_dir=tmp_path / "ledger")
+
+    def kill_writer(m):
+        if m.fl_round == 2:
+            os.kill(s._writer._proc.pid, signal.SIGKILL)
+
+    s._on_round = kill_writer
+    with pytest.raises(RuntimeError, match="writing the results ledger .* failed: the writer process died"):
+        s.run()
+    assert multiprocessing.active_children() == []
