@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from sim._engine import Simulation, _JobSpec
 
-__all__ = ["Job", "TrainingPool", "default_workers"]
+__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers"]
 
 _HOST: Simulation | None = None
 """In a forked worker: the simulation it was forked from (its data, trainer and strategy)."""
@@ -50,21 +50,31 @@ _BAD_FORK = "fork"
 """Substring of PyTorch's error for autograd in a badly forked child ("...combination with fork-based...")."""
 
 
-def _serve(conn: Connection) -> None:
-    """A worker: run ``_HOST._run_job`` on each ``(job id, spec)`` received; reply ``(job id, ok, value)``."""
-    # Ctrl-C reaches the whole process group: the parent stops workers and drains the writer itself (a
-    # decided block is never lost to an interrupt), so the child must not die of it mid-write.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+def child_inbox(conn: Connection) -> queue.SimpleQueue[Any]:
+    """In a forked helper process (training worker, ledger writer): ignore Ctrl-C and return a queue that a
+    daemon thread fills with every message from ``conn``, then ``None`` at the parent's ``None`` or at EOF.
 
-    def read() -> None:  # drain the job pipe always, so the parent's send never waits on our send
+    Ctrl-C reaches the whole process group: the parent stops the workers and drains the writer itself (a
+    decided block is never lost to an interrupt), so a helper must not die of it mid-write. Reading on a
+    thread of its own keeps the pipe drained, so the parent's send never waits on the helper's send."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read() -> None:
         try:
-            while True:
-                jobs.put(conn.recv())
+            while (msg := conn.recv()) is not None:
+                inbox.put(msg)
         except (EOFError, OSError):
-            jobs.put(None)
+            pass
+        inbox.put(None)
 
     threading.Thread(target=read, daemon=True).start()
+    return inbox
+
+
+def _serve(conn: Connection) -> None:
+    """A worker: run ``_HOST._run_job`` on each ``(job id, spec)`` received; reply ``(job id, ok, value)``."""
+    jobs = child_inbox(conn)
     while (msg := jobs.get()) is not None:
         jid, spec = msg
         try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -27,10 +26,11 @@ from typing import Any
 
 from ledger import Block, Genesis
 from ledger.store import create_ledger
+from sim._workers import child_inbox
 
 __all__ = ["LedgerWriter"]
 
-_STOP = None
+_STOP = None  # the end of the blocks (also what sim._workers.child_inbox yields at EOF)
 
 
 def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) -> None:
@@ -64,20 +64,7 @@ def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) 
 
 def _serve(path: Path, initial_blobs: list[bytes], conn: Any) -> None:
     """The writer process: blocks from ``conn``, one ``("error", text)`` on failure, ``("done", None)`` at the end."""
-    # Ctrl-C reaches the whole process group: the parent stops workers and drains the writer itself (a
-    # decided block is never lost to an interrupt), so the child must not die of it mid-write.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def read() -> None:
-        try:
-            while (msg := conn.recv()) is not _STOP:
-                jobs.put(msg)
-        except (EOFError, OSError):
-            pass
-        jobs.put(_STOP)
-
-    threading.Thread(target=read, daemon=True).start()
+    jobs = child_inbox(conn)  # Ctrl-C ignored: the parent drains every decided block itself
     _write_all(path, initial_blobs, jobs.get, lambda e: conn.send(("error", f"{type(e).__name__}: {e}")))
     try:
         conn.send(("done", None))
