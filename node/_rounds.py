@@ -237,11 +237,22 @@ class RoundRules:
         history: RoundHistory | None = None,
     ) -> AggregateResult:
         """The round's new model from the included updates (sorted by ``(peer, round)`` here)."""
+        ups = [ClientUpdate(c.peer, v, c.n_samples, c.fl_round) for c, v in updates]
+        return self.aggregate_uploads(state, plan, model, ups, algo_state=algo_state, history=history)
+
+    def aggregate_uploads(
+        self,
+        state: ChainState,
+        plan: RoundPlan,
+        model: np.ndarray,
+        uploads: Sequence[ClientUpdate],
+        *,
+        algo_state: bytes | None = None,
+        history: RoundHistory | None = None,
+    ) -> AggregateResult:
+        """:meth:`aggregate` on bare uploads (``base_round`` = the round each trained from)."""
         h = plan.height
-        ups = [
-            ClientUpdate(c.peer, v, c.n_samples, c.fl_round)
-            for c, v in sorted(updates, key=lambda cu: (cu[0].peer, cu[0].fl_round))
-        ]
+        ups = sorted(uploads, key=lambda u: (u.peer, u.base_round))
         base: dict[int, np.ndarray] = {}
         for u in ups:
             if u.base_round == h:

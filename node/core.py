@@ -78,7 +78,7 @@ from ledger.store import MemoryBlobStore
 from learning._blobs import vector_to_blob
 from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
-from learning._strategies import PublicEval
+from learning._strategies import ClientUpdate, PublicEval
 from node._rounds import RoundPlan, RoundRules, evidence_key
 from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
@@ -313,6 +313,22 @@ class NodeCore:
     @property
     def model(self) -> np.ndarray | None:
         return self._model
+
+    def preview_model(self, uploads: Sequence[tuple[str, int, np.ndarray]]) -> np.ndarray | None:
+        """The model this node would propose for its current round if it held exactly ``uploads``
+        (``(peer, n_samples, vector)``, all trained from this round's model), changing nothing; None in
+        committee mode (the committee's scores decide there), or without the model, or with a strategy
+        state. Nothing in the protocol uses it: a host may precompute on it (the simulator trains the
+        likely next round's jobs ahead, sim/_workers.py) and must check whatever it precomputed."""
+        if self._rules.committee_mode or self._model is None or self._algo_state is not None or self._algo_state_missing:
+            return None
+        h = self._round.plan.height
+        ups = [ClientUpdate(p, np.asarray(v, dtype=np.float32), int(n), h) for p, n, v in uploads]
+        try:
+            result = self._rules.aggregate_uploads(self._state, self._round.plan, self._model, ups, history=self._history)
+        except (ValueError, ArithmeticError):
+            return None
+        return result.model if result.state is None else None
 
     def start(self) -> list[NodeEffect]:
         """Effects of joining at the current height (train if this node is a trainer)."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,6 +153,7 @@ class _Adversary(Behavior):
 
     def proposal(self, payload: Payload, model: np.ndarray, model_blob: bytes) -> tuple[Payload, np.ndarray, bytes]:
         if not self.sim._faulty(self.peer, "corrupt"):
+            self.sim._speculate(self.peer, payload, model)
             return payload, model, model_blob
         # a corrupt coordinator/primary: a wrong aggregate (the model moved away from the honest one)
         noise = self.sim._rng.child("corrupt", self.peer, self.sim._height()).numpy()
@@ -375,6 +378,15 @@ class Simulation:
         self._last_upload: dict[str, np.ndarray] = {}
         self.evidence_seen: set[bytes] = set()
         self._round_jobs: dict[int, list[tuple[str, Any]]] = {}
+        self._interrupted = False
+        self._speculated_for = 0  # the latest round whose jobs were speculated
+        self._predict_round = 0  # the round whose likely next model is to be previewed once its jobs are done
+        self._predict_seen = -1  # the pool's completion count at the last look
+        self._speculated_model: tuple[int, np.ndarray] | None = None  # the round and model last speculated on
+        self._speculated_included: list[tuple[str, int]] = []
+        self._uploads: dict[int, dict[str, tuple[int, np.ndarray]]] = {}  # per round: what each trainer sent
+        self._requested: dict[int, list[tuple[str, str]]] = {}
+        """Per round: the ``(peer, purpose)`` of every training request (the guess for the next round's)."""
         self._stale_window = 1 + (int(self.strategy.max_staleness) if self.strategy is not None else 0)
         self._decided: dict[int, Decided] = {}
         self._written = 0
@@ -674,7 +686,93 @@ class Simulation:
         out = train(spec.model, lr=spec.lr)
         return out.delta, out.n_samples, None
 
+    def _job_spec(
+        self, peer: str, fl_round: int, purpose: str, model: np.ndarray, server_state: bytes | None, client_state: bytes | None
+    ) -> _JobSpec:
+        return _JobSpec(
+            index=self.index[peer],
+            fl_round=fl_round,
+            purpose=purpose,
+            model=np.asarray(model),
+            server_state=server_state,
+            client_state=client_state,
+            lr=float(self.schedule(fl_round - 1)),
+            strategy_side=self.strategy is not None and purpose == PURPOSE_UPDATE,
+            poisoned=purpose == PURPOSE_UPDATE and self._attacking(peer, fl_round)
+            and (self.batch_attack is not None or self.index[peer] in self.poisoned_data),
+        )
+
+    def _speculate(self, proposer: str, payload: Payload, model: np.ndarray) -> None:
+        """An honest proposal for height ``h`` was just built: offer the training workers round ``h + 1``'s
+        likely jobs from the proposed model (see :meth:`_speculate_from`)."""
+        if not self._pool.active or payload.state_digest is not None:
+            return  # (a next-round server state is not at hand here: no speculation for such strategies)
+        h = self.nodes[proposer].status().height
+        last = self._speculated_model
+        if last is not None and last[0] == h and np.array_equal(last[1], model):
+            included = {(p, t) for p, t in self._speculated_included}
+            if included == {(u.peer, u.fl_round) for u in payload.updates}:
+                return  # the prediction was right: those jobs are already offered
+        self._speculate_from(h, model, [(u.peer, u.fl_round) for u in payload.updates])
+
+    def _speculate_from(self, h: int, model: np.ndarray, included: list[tuple[str, int]]) -> None:
+        """Offer the training workers round ``h + 1``'s likely jobs: this round's trainers and purposes,
+        from ``model``, with the client states a block including ``included`` would give them
+        (sim/_workers.py: a wrong guess only wastes an idle worker's time, never changes a result)."""
+        self._speculated_for = max(self._speculated_for, h + 1)
+        self._speculated_model, self._speculated_included = (h, model), included
+        specs = []
+        for peer, purpose in self._requested.get(h, ()):
+            client_state = self._client_state.get(peer)
+            for p, t in included:  # as _write() will apply them
+                if p == peer and (peer, t) in self._pending_state:
+                    client_state = self._pending_state[(peer, t)]
+            specs.append(self._job_spec(peer, h + 1, purpose, model, None, client_state))
+        self._pool.speculate(specs)
+
+    def _maybe_predict(self) -> None:
+        """After every event while a round's jobs run: once every job of the round has its result, speculate
+        on the model the coordinator will most likely propose (all of them, aggregated as a node would:
+        ``NodeCore.preview_model``), so that the round's protocol work - the updates' receipt, the
+        proposal, re-execution, pBFT, the commit - overlaps the next round's training. The proposal
+        speculates again if it differs."""
+        if self._pool.completed == self._predict_seen:
+            return
+        self._predict_seen = self._pool.completed
+        h = self._predict_round
+        jobs = self._round_jobs.get(h, ())
+        if self._speculated_for > h or not self._pool.active:
+            self._predict_round = 0
+            return
+        if not all(handle.done for _, handle in jobs):
+            return
+        self._predict_round = 0
+        sent = self._uploads.get(h, {})
+        uploads = []
+        for peer, handle in jobs:
+            if peer in sent:
+                uploads.append((peer, *sent[peer]))
+                continue
+            if self._attacking(peer, h) and (self.update_attack is not None or self.batch_attack is not None):
+                return  # its upload is not the job's result: leave it to the proposal
+            delta, n, _ = handle.get()
+            if np.isfinite(delta).all():
+                uploads.append((peer, n, delta))
+        node = self.nodes[self._coordinator_now()]
+        if not uploads or node.status().height != h:
+            return
+        model = node.preview_model(sorted(uploads, key=lambda u: u[0]))
+        if model is not None:
+            self._speculate_from(h, model, [(p, h) for p, _, _ in uploads])
+
     def _start_training(self, peer: str, job: TrainJob) -> None:
+        r = job.fl_round
+        if r not in self._requested:
+            # the round's first job: drop the speculations its plan rules out
+            self._requested.pop(r - 2, None)
+            trainers = {self.index[t] for t in self.nodes[peer].status().trainers}
+            self._pool.discard(lambda s: s.fl_round > r or (s.fl_round == r and (s.purpose != PURPOSE_UPDATE or s.index in trainers)))
+        self._requested.setdefault(r, []).append((peer, job.purpose))
         if self._busy_until.get(peer, -1) > self._now_us:
             self.busy_skipped += 1
             return  # still computing an earlier job: the device ignores the request (seed_002 §1.2)
@@ -683,19 +781,11 @@ class Simulation:
             return
         if job.purpose == PURPOSE_UPDATE:
             self._corrupt_round(peer, job.fl_round)
-        spec = _JobSpec(
-            index=self.index[peer],
-            fl_round=job.fl_round,
-            purpose=job.purpose,
-            model=np.asarray(job.model),
-            server_state=job.server_state,
-            client_state=self._client_state.get(peer),
-            lr=float(self.schedule(job.fl_round - 1)),
-            strategy_side=self.strategy is not None and job.purpose == PURPOSE_UPDATE,
-            poisoned=job.purpose == PURPOSE_UPDATE and self._attacking(peer, job.fl_round)
-            and (self.batch_attack is not None or self.index[peer] in self.poisoned_data),
-        )
+        spec = self._job_spec(peer, r, job.purpose, job.model, job.server_state, self._client_state.get(peer))
         handle = self._pool.submit(spec)
+        if job.purpose == PURPOSE_UPDATE and self._pool.active and r >= self._predict_round:
+            self._predict_round = r
+            self._uploads.pop(r - 4, None)
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
         done = self._now_us + self.train_us[peer] + outcome * self._round_us
         self._busy_until[peer] = done
@@ -733,6 +823,8 @@ class Simulation:
                 self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
                 return
         self._last_upload[peer] = delta
+        if job.purpose == PURPOSE_UPDATE:
+            self._uploads.setdefault(job.fl_round, {})[peer] = (n, delta)
         self._apply(peer, self.nodes[peer].on_training_done(job, TrainResult(delta, n)))
 
     # --- observing commits -------------------------------------------------------------------------
@@ -818,6 +910,7 @@ class Simulation:
     def run(self) -> SimResult:
         # fork the training workers before any thread of ours exists (the ledger writer starts below)
         self._pool = TrainingPool(self, self.workers)
+        restore = self._defer_ctrl_c()
         try:
             if self._writer is not None:
                 self._writer.start()
@@ -830,10 +923,27 @@ class Simulation:
                     pass
             raise
         finally:
+            restore()
             self._pool.close()
         if self._writer is not None:
             self._writer.close()
         return self._result()
+
+    def _defer_ctrl_c(self) -> Callable[[], None]:
+        """Take Ctrl-C between events, not inside one: an interrupt in the middle of sending a block to the
+        ledger writer would leave half a message in its pipe, and the drain that keeps every decided block
+        would then wait forever. The first Ctrl-C stops the loop after the current event; a second one
+        raises at once. Only in the main thread, and only where Python's default handler is installed."""
+        if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return lambda: None
+
+        def on_sigint(signum: int, frame: Any) -> None:
+            if self._interrupted:
+                raise KeyboardInterrupt
+            self._interrupted = True
+
+        signal.signal(signal.SIGINT, on_sigint)
+        return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def _loop(self) -> None:
         for pid in self.peers:
@@ -862,6 +972,10 @@ class Simulation:
             elif kind == "trained":
                 peer, job, handle = data
                 self._finish_training(peer, job, handle)
+            if self._predict_round:
+                self._maybe_predict()
+            if self._interrupted:
+                raise KeyboardInterrupt
             if self._written != last_written:
                 last_written, last_progress_us = self._written, at
             elif at - last_progress_us > round_budget_us:

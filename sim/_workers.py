@@ -1,32 +1,40 @@
-"""Training workers: local training runs partly in forked processes while this process runs the protocol.
+"""Training workers: local training runs in forked processes while this process runs the protocol.
 
 A job is a pure function of its ``_JobSpec`` and the scenario (``Simulation._run_job``), so where and when
 it runs does not change a bit of the result: the same seeds, the same single-threaded PyTorch kernels, the
-same inputs. That gives two freedoms the event loop uses:
+same inputs. That gives three freedoms the event loop uses:
 
-* **Lazy jobs.** A job runs when a worker takes it or when its result is first needed - at its *virtual*
-  finish time - not when the node asks for it. Jobs this process trains run back to back (warm caches)
-  instead of interleaved with every node's commit handling, and a job whose result is never needed (a
-  round the run stops before) never runs.
-* **Worker processes.** With ``workers = n``, ``n`` forked processes take jobs from the front of one queue
-  (a couple each at a time, so none idles while there is work) and this process trains from the back of
-  it while it would otherwise wait for a result, so both cores train a round's jobs at the same time
-  (Flower's simulation hands clients to Ray workers for the same reason, at the price of Ray's start-up).
-  The protocol work after a round's training - the committee receiving the updates, re-execution, pBFT,
-  the commit fan-out - cannot overlap it (the next round's jobs need the commit), so a run's wall time is
-  about that protocol work plus the training divided among the processes.
+* **Worker processes.** With ``workers = n``, a job is handed to one of ``n`` forked processes when the
+  node asks for it; while this process waits for a result it *steals* the worker's last job not yet
+  started (it tells the worker to skip it) and trains it itself, so both cores train a round's jobs at
+  the same time (Flower's simulation hands clients to Ray workers for the same reason, at the price of
+  Ray's start-up). With no worker, a job runs here when its result is first needed - at its *virtual*
+  finish time - and a job nobody needs never runs.
+* **Speculative jobs.** The next round's jobs are known, up to the model, once a round's uploads are in:
+  the simulator previews the model the coordinator will propose (``NodeCore.preview_model``, the node's
+  own aggregation) - and at the proposal, the model proposed - and *speculates* the next round's jobs
+  (this round's trainers and purposes, from that model). Workers train them at a lower priority than
+  wanted jobs while this process runs the round's protocol work (the updates' receipt, the proposal,
+  re-execution, pBFT, the commit fan-out), which otherwise could not overlap any training. When the node
+  really asks for a job, its spec is compared field by field (the model bit for bit) with the speculated
+  one: equal, the speculated result is the job's result (a pure function of the same spec); different (a
+  view change, another sample, a new client state), it is discarded. So a speculation can only cost a
+  worker's time; it never changes a result, and this process never trains a speculative job.
+* **No polling.** Each worker orders its own queue (wanted jobs first, then speculations, skipping what it
+  is told to drop) and sends results from a thread of its own, so this process only talks to a worker
+  when it hands out jobs, drops or steals them, or needs a result.
 
 Workers are forked when ``run()`` starts, before the ledger writer, so they share the client data
-copy-on-write; only the job (model vector, seeds, states) and its result cross a pipe. Each worker reads
-jobs on a thread of its own, so this process never blocks on a full pipe while the worker is blocked
-sending a result. PyTorch refuses autograd in a child forked after the parent's autograd engine started
-device threads (any backward pass on a machine with CUDA devices): a job that fails that way is re-run
-here and the workers are not used again, so such a machine simply trains in-process.
+copy-on-write; only the job (seeds, states; the model once per round) and its result cross a pipe. PyTorch
+refuses autograd in a child forked after the parent's autograd engine started device threads (any backward
+pass on a machine with CUDA devices): a job that fails that way is re-run here and the workers are not used
+again, so such a machine simply trains in-process.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -34,14 +42,17 @@ import queue
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
     from sim._engine import Simulation, _JobSpec
 
-__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers"]
+__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers", "same_job"]
 
 _HOST: Simulation | None = None
 """In a forked worker: the simulation it was forked from (its data, trainer and strategy)."""
@@ -73,22 +84,69 @@ def child_inbox(conn: Connection) -> queue.SimpleQueue[Any]:
 
 
 def _serve(conn: Connection) -> None:
-    """A worker: run ``_HOST._run_job`` on each ``(job id, spec)`` received; reply ``(job id, ok, value)``."""
-    jobs = child_inbox(conn)
-    while (msg := jobs.get()) is not None:
-        jid, spec = msg
+    """A worker. Messages: ``("jobs", [(job id, spec, model, wanted)])`` (``model`` None: the last one sent;
+    the spec's own model field is empty), ``("drop", [job ids])`` (skip them if not started), ``None``
+    (stop). It trains wanted jobs first, oldest first, then speculations, and replies ``(job id, ok,
+    value)`` from a sender thread, so it never waits for this process to read."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # see child_inbox
+    wanted: collections.OrderedDict[int, Any] = collections.OrderedDict()
+    spec_q: collections.OrderedDict[int, Any] = collections.OrderedDict()
+    cond = threading.Condition()
+    stop = [False]
+
+    def read() -> None:
+        model = None
+        try:
+            while (msg := conn.recv()) is not None:
+                kind, items = msg
+                with cond:
+                    if kind == "jobs":
+                        for jid, spec, new_model, urgent in items:
+                            if new_model is not None:
+                                model = new_model
+                            (wanted if urgent else spec_q)[jid] = (spec, model)
+                    else:  # "drop"
+                        for jid in items:
+                            wanted.pop(jid, None)
+                            spec_q.pop(jid, None)
+                    cond.notify()
+        except (EOFError, OSError):
+            pass
+        with cond:
+            stop[0] = True
+            cond.notify()
+
+    replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def send() -> None:
+        while (reply := replies.get()) is not None:
+            try:
+                try:
+                    conn.send(reply)
+                except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
+                    conn.send((reply[0], False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]}")))
+            except (BrokenPipeError, OSError):
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    while True:
+        with cond:
+            while not (wanted or spec_q or stop[0]):
+                cond.wait()
+            if stop[0]:
+                break
+            jid, (spec, model) = (wanted if wanted else spec_q).popitem(last=False)
+        spec = dataclasses.replace(spec, model=model)
         try:
             assert _HOST is not None, "training worker without a host simulation"
             reply: tuple[int, bool, Any] = (jid, True, _HOST._run_job(spec))
         except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it there
             reply = (jid, False, e)
-        try:
-            try:
-                conn.send(reply)
-            except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
-                conn.send((jid, False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]}")))
-        except (BrokenPipeError, OSError):
-            return
+        replies.put(reply)
+    replies.put(None)
+    sender.join(timeout=5)
 
 
 def _usable_cores() -> int:
@@ -107,18 +165,43 @@ def default_workers(device: str) -> int:
     return max(0, min(3, _usable_cores() - 1))
 
 
+def _key(spec: _JobSpec) -> tuple[int, int, str]:
+    return (spec.index, spec.fl_round, spec.purpose)
+
+
+def same_job(a: _JobSpec, b: _JobSpec) -> bool:
+    """Do two specs describe the same job (so the same result)? Every field, the model bit for bit."""
+    return (
+        a.index == b.index
+        and a.fl_round == b.fl_round
+        and a.purpose == b.purpose
+        and a.lr == b.lr
+        and a.strategy_side == b.strategy_side
+        and a.poisoned == b.poisoned
+        and a.server_state == b.server_state
+        and a.client_state == b.client_state
+        and a.model.dtype == b.model.dtype
+        and a.model.shape == b.model.shape
+        and (a.model is b.model or a.model.tobytes() == b.model.tobytes())
+    )
+
+
 class Job:
-    """A submitted job; ``get()`` returns ``(upload, n_samples, client_state)``, training it here if no
-    worker has taken it yet (or if its worker could not train after a bad fork)."""
+    """A submitted job; ``get()`` returns ``(upload, n_samples, client_state)``, waiting for its worker or
+    training it here (no worker, a worker that could not train after a bad fork, or stolen)."""
 
-    __slots__ = ("_pool", "_spec", "_value", "_worker", "jid")
+    __slots__ = ("_error", "_pool", "_spec", "_urgent", "_value", "_worker", "jid", "speculative", "spec")
 
-    def __init__(self, pool: TrainingPool, spec: _JobSpec, jid: int) -> None:
+    def __init__(self, pool: TrainingPool, spec: _JobSpec, jid: int, *, speculative: bool = False) -> None:
         self._pool = pool
-        self._spec: _JobSpec | None = spec
+        self._spec: _JobSpec | None = spec  # None once done
+        self.spec = spec
         self._value: Any = None
-        self._worker: int | None = None  # the worker it was handed to
+        self._error: BaseException | None = None  # a speculative job's own error, raised if it is claimed
+        self._worker: int | None = None  # the worker that has it (not yet answered)
+        self._urgent = False  # handed out as wanted (the worker runs those before speculations)
         self.jid = jid
+        self.speculative = speculative
 
     @property
     def done(self) -> bool:
@@ -127,19 +210,13 @@ class Job:
     def get(self) -> Any:
         if self._spec is not None:
             self._pool._complete(self)
+        if self._error is not None:
+            raise self._error
         return self._value
 
 
 class TrainingPool:
-    """``workers`` forked processes running ``host._run_job``, and this process, sharing one queue of jobs.
-
-    A job waits in the queue until a worker has room for it (at most ``_AHEAD`` unfinished jobs each, fed
-    whenever this process submits or collects) or until its result is wanted, whichever comes first. While
-    it waits for a worker's result, this process trains the newest queued job itself. So the workers never
-    sit idle while there is work, and this process trains whatever the workers have not taken by the time
-    the results are due - all without a thread in this process."""
-
-    _AHEAD = 2
+    """``workers`` forked processes running ``host._run_job``, and this process (see the module)."""
 
     def __init__(self, host: Simulation, workers: int) -> None:
         global _HOST
@@ -148,8 +225,17 @@ class TrainingPool:
         """Set when a worker hit PyTorch's bad-fork error: from then on every job trains in-process."""
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
-        self._sent: list[dict[int, Job]] = []  # per worker: jobs handed over and not collected
-        self._queue: collections.deque[Job] = collections.deque()
+        self._out: list[dict[int, Job]] = []  # per worker: jobs it has and has not answered, in its order
+        self._models: list[Any] = []  # per worker: the model last sent (the worker keeps it)
+        self._speculated: dict[tuple[int, int, str], Job] = {}  # unclaimed speculations, by job key
+        self.hits = 0
+        """Jobs whose speculated result was used."""
+        self.misses = 0
+        """Speculations discarded (a different spec was asked for, or none)."""
+        self.stolen = 0
+        """Jobs this process took back from a worker's queue and trained itself."""
+        self.completed = 0
+        """Jobs done so far (a cheap "anything new?" for the simulator)."""
         self._next = 0
         if workers > 0 and not multiprocessing.current_process().daemon:
             ctx = multiprocessing.get_context("fork")
@@ -162,7 +248,8 @@ class TrainingPool:
                     child.close()
                     self._procs.append(p)
                     self._conns.append(parent)
-                    self._sent.append({})
+                    self._out.append({})
+                    self._models.append(None)
             finally:
                 _HOST = None
 
@@ -170,73 +257,153 @@ class TrainingPool:
     def active(self) -> bool:
         return bool(self._procs) and not self.broken
 
+    # --- handing out -------------------------------------------------------------------------------
+
     def submit(self, spec: _JobSpec) -> Job:
+        """The node asks for a job: the speculated one if it is the same job, else a new one."""
+        guess = self._speculated.pop(_key(spec), None)
+        if guess is not None:
+            if same_job(guess.spec, spec):
+                self.hits += 1
+                guess.speculative = False
+                return guess
+            self._abandon([guess])
         job = Job(self, spec, self._next)
         self._next += 1
-        self._queue.append(job)
         if self.active:
-            self._collect()
-            self._feed()
+            w = min(range(len(self._out)), key=lambda i: len(self._out[i]))
+            self._send_jobs(w, [job], wanted=True)
         return job
 
-    def _feed(self) -> None:
-        for w, sent in enumerate(self._sent):
-            while len(sent) < self._AHEAD and self._queue:
-                job = self._queue.popleft()
-                job._worker = w
-                sent[job.jid] = job
-                self._conns[w].send((job.jid, job._spec))
+    def speculate(self, specs: list[_JobSpec]) -> None:
+        """Offer jobs the simulator expects to be asked for (see the module); round-robin over workers."""
+        if not self.active:
+            return
+        fresh: list[Job] = []
+        drop: list[Job] = []
+        for spec in specs:
+            old = self._speculated.get(_key(spec))
+            if old is not None:
+                if same_job(old.spec, spec):
+                    continue
+                drop.append(old)
+            job = Job(self, spec, self._next, speculative=True)
+            self._next += 1
+            self._speculated[_key(spec)] = job
+            fresh.append(job)
+        self._abandon(drop)
+        n = len(self._out)
+        for w in range(n):
+            self._send_jobs(w, fresh[w::n], wanted=False)
 
-    def _collect(self, w: int | None = None, *, block: bool = False) -> None:
-        """Take every result that has arrived (from worker ``w`` only, waiting for one, if ``block``)."""
-        for i in (range(len(self._conns)) if w is None else (w,)):
-            conn = self._conns[i]
-            while self._sent[i] and (block or conn.poll()):
-                block = False
-                try:
-                    jid, ok, value = conn.recv()
-                except (EOFError, OSError) as e:
-                    code = self._procs[i].exitcode if i < len(self._procs) else None
-                    raise RuntimeError(f"training worker {i} died (exit code {code}): {e!r}") from None
-                job = self._sent[i].pop(jid)
-                if ok:
-                    job._value, job._spec = value, None
-                elif isinstance(value, RuntimeError) and _BAD_FORK in str(value):
-                    self.broken = True  # trains here when wanted (its _spec stays)
-                    job._worker = None
-                else:
-                    raise value  # the job's own error, as training in-process would have raised it
+    def discard(self, keep: Callable[[_JobSpec], bool]) -> None:
+        """Abandon the unclaimed speculations for which ``keep(spec)`` is false."""
+        gone = [job for job in self._speculated.values() if not keep(job.spec)]
+        for job in gone:
+            del self._speculated[_key(job.spec)]
+        self._abandon(gone)
+
+    def _abandon(self, jobs: list[Job]) -> None:
+        self.misses += len(jobs)
+        by_worker: dict[int, list[int]] = {}
+        for job in jobs:
+            w = job._worker
+            if w is not None and not job.done:
+                by_worker.setdefault(w, []).append(job.jid)
+                del self._out[w][job.jid]
+                job._worker = None
+            job._spec = None  # never wanted
+        for w, jids in by_worker.items():
+            self._send(w, ("drop", jids))
+
+    def _send_jobs(self, w: int, jobs: list[Job], *, wanted: bool) -> None:
+        if not jobs:
+            return
+        items = []
+        for job in jobs:
+            model = job.spec.model
+            last = self._models[w]
+            if last is not None and (model is last or np.array_equal(model, last)):
+                model = None  # a round's jobs share one model: it crosses the pipe once
+            else:
+                self._models[w] = model
+            items.append((job.jid, dataclasses.replace(job.spec, model=None), model, wanted))
+            job._worker, job._urgent = w, wanted
+            self._out[w][job.jid] = job
+        self._send(w, ("jobs", items))
+
+    def _send(self, w: int, msg: Any) -> None:
+        try:
+            self._conns[w].send(msg)
+        except OSError as e:
+            code = self._procs[w].exitcode
+            raise RuntimeError(f"training worker {w} died (exit code {code}): {e!r}") from None
+
+    # --- results -----------------------------------------------------------------------------------
+
+    def _collect(self, w: int, *, block: bool = False) -> None:
+        """Take every result that has arrived from worker ``w`` (waiting for one, if ``block``)."""
+        conn = self._conns[w]
+        while self._out[w] and (block or conn.poll()):
+            block = False
+            try:
+                jid, ok, value = conn.recv()
+            except (EOFError, OSError) as e:
+                code = self._procs[w].exitcode
+                raise RuntimeError(f"training worker {w} died (exit code {code}): {e!r}") from None
+            job = self._out[w].pop(jid, None)
+            if job is None:
+                continue  # dropped or stolen after the worker had started it
+            job._worker = None
+            if ok:
+                job._value, job._spec = value, None
+                self.completed += 1
+            elif isinstance(value, RuntimeError) and _BAD_FORK in str(value):
+                self.broken = True  # trains here when wanted (its _spec stays)
+            elif job.speculative:
+                job._error, job._spec = value, None  # raised only if the job is claimed
+            else:
+                raise value  # the job's own error, as training in-process would have raised it
 
     def _train_here(self, job: Job) -> None:
         assert job._spec is not None
         job._value = self.host._run_job(job._spec)
         job._spec = None
+        self.completed += 1
+
+    def _steal(self, w: int, waiting: Job) -> Job | None:
+        """A job to take back from worker ``w`` while waiting for ``waiting``: the wanted job it would run
+        last (the worker likely has not started it), else ``waiting`` itself unless it is next in line."""
+        out = self._out[w]
+        # the worker's order: wanted jobs as handed out, then speculations (claimed or not) as handed out
+        for urgent in (False, True):
+            for job in reversed(out.values()):
+                if job._urgent is urgent and job is not waiting and not job.speculative:
+                    return job
+        first = next((j for j in out.values() if j._urgent), None) or next(iter(out.values()), None)
+        return None if first is waiting else waiting
 
     def _complete(self, job: Job) -> None:
-        """Make ``job`` done: train it here if it is still queued, else wait for its worker (training queued
-        jobs here meanwhile)."""
-        if job._worker is None or not self._procs:
-            try:
-                self._queue.remove(job)
-            except ValueError:
-                pass
-            if self.active:
-                self._collect()
-                self._feed()
-            self._train_here(job)
-            return
-        w = job._worker
+        """Make ``job`` done: train it here if no worker has it, else wait for its worker, taking back and
+        training here that worker's other wanted jobs meanwhile (and ``job`` itself if it is not next)."""
         while not job.done:
-            if job._worker is None:  # its worker could not train it (bad fork)
+            w = job._worker
+            if w is None or not self._procs or self.broken:
+                if w is not None:
+                    del self._out[w][job.jid]
+                    job._worker = None
                 self._train_here(job)
                 return
             self._collect(w)
-            if job.done:
-                break
-            if self.active:
-                self._feed()
-            if self._queue:
-                self._train_here(self._queue.pop())  # the newest: the workers take from the other end
+            if job.done or job._worker is None:
+                continue  # done, or its worker could not train it (bad fork): here
+            victim = self._steal(w, job)
+            if victim is not None:
+                del self._out[w][victim.jid]
+                victim._worker = None
+                self._send(w, ("drop", [victim.jid]))
+                self.stolen += 1
+                self._train_here(victim)
             else:
                 self._collect(w, block=True)
 
@@ -249,7 +416,8 @@ class TrainingPool:
             p.join()
         for c in self._conns:
             c.close()
-        for sent in self._sent:
-            for job in sent.values():
+        for out in self._out:
+            for job in out.values():
                 job._worker = None
-        self._procs, self._conns, self._sent = [], [], []
+        self._procs, self._conns, self._out, self._models = [], [], [], []
+        self._speculated.clear()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ledger._blockstore import check_append
@@ -168,11 +168,20 @@ class SqliteBlockStore:
         return self._head
 
     def append(self, block: Block) -> None:
+        self.append_many([block])
+
+    def append_many(self, blocks: Sequence[Block]) -> None:
+        """Append consecutive blocks in one transaction (one fsync): all of them or, on any error, none."""
         if self._readonly:
             raise StoreError(f"{self.path}: opened read-only")
-        check_append(self._height, self._head, block)
-        data = block.encode()  # type: ignore[attr-defined]
-        h = block.hash()
+        rows = []
+        height, head = self._height, self._head
+        for block in blocks:
+            check_append(height, head, block)
+            height, head = block.header.height, block.hash()
+            rows.append((height, head, block.header.prev_hash, block.encode()))  # type: ignore[attr-defined]
+        if not rows:
+            return
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             # Re-check inside the write transaction: another writer (a second process) must not race us.
@@ -180,16 +189,13 @@ class SqliteBlockStore:
             if top != self._height:
                 self._conn.execute("ROLLBACK")
                 raise StoreError(f"{self.path}: store changed under us (height {top}, expected {self._height})")
-            self._conn.execute(
-                "INSERT INTO blocks(height, hash, prev_hash, data) VALUES (?, ?, ?, ?)",
-                (block.header.height, h, block.header.prev_hash, data),
-            )
+            self._conn.executemany("INSERT INTO blocks(height, hash, prev_hash, data) VALUES (?, ?, ?, ?)", rows)
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise StoreError(f"{self.path}: append failed: {e}") from None
-        self._height, self._head = block.header.height, h
+        self._height, self._head = height, head
 
     def get_raw(self, height: int) -> bytes:
         try:

@@ -47,6 +47,22 @@ def test_block_store_contract(tmp_path, kind):
     store.close()
 
 
+def test_sqlite_append_many_is_one_transaction_all_or_nothing(tmp_path):
+    demo, blocks = _demo(6)
+    path = tmp_path / "c.sqlite"
+    with SqliteBlockStore.create(path, demo.genesis) as s:
+        s.append_many([b for b, _ in blocks[:3]])
+        assert s.height() == 3 and s.head_hash() == blocks[2][0].hash()
+        # heights 4, 6: the gap is refused before anything is written
+        with pytest.raises(StoreError, match="cannot append height 6"):
+            s.append_many([blocks[3][0], blocks[5][0]])
+        assert s.height() == 3
+        s.append_many([])
+        s.append_many([b for b, _ in blocks[3:]])
+    with SqliteBlockStore.open(path) as s:
+        assert s.height() == 6 and [s.get(h) for h in range(1, 7)] == [b for b, _ in blocks]
+
+
 def test_sqlite_pragmas_schema_and_reopen(tmp_path):
     demo, blocks = _demo()
     path = tmp_path / "c.sqlite"

@@ -56,6 +56,60 @@ def test_workers_change_nothing_but_where_training_runs(algorithm, params, attac
     assert ok, line
 
 
+def test_speculated_jobs_are_used_only_when_identical():
+    # Full participation: the next round's jobs are speculated (from the previewed aggregate) and every
+    # one is claimed; the run is bit-identical to training in-process.
+    sc = _scenario("fedavg", {"clients": 0}, rounds=6)
+    s0, r0, t0 = _run(sc, 0)
+    s1, r1, t1 = _run(sc, 1)
+    # every job of rounds 2..6 was speculated and claimed (round 7's, asked for as the run ends, may be too)
+    assert s1._pool.hits >= 5 * 12 and s1._pool.misses == 0, (s1._pool.hits, s1._pool.misses)
+    assert r1.head_hash == r0.head_hash and t1 == t0
+    # Sampling 5 of 12 per round: most speculations name the wrong clients and are discarded (never used);
+    # the head is still the in-process one.
+    sc = _scenario("fedavg", {"clients": 5}, rounds=6)
+    s0, r0, t0 = _run(sc, 0)
+    s1, r1, t1 = _run(sc, 1)
+    assert s1._pool.misses > 0
+    assert r1.head_hash == r0.head_hash and t1 == t0
+
+
+def test_committee_mode_with_workers_replays_the_same_head():
+    sc = load_scenario(SCENARIOS / "quickstart.toml", rounds=4)
+    s0, r0, t0 = _run(sc, 0)
+    s2, r2, t2 = _run(sc, 2)
+    assert r2.head_hash == r0.head_hash and t2 == t0
+    assert s2._pool.hits > 0, "committee mode speculates at the proposal"
+
+
+def test_a_blob_under_the_wrong_digest_stops_the_writer(tmp_path):
+    from sim._writer import LedgerWriter
+
+    got = {}
+
+    class Capture:  # stands in for the writer of a 1-round run, to get a real block and its blobs
+        def __init__(self, *a):
+            pass
+
+        def start(self):
+            pass
+
+        def submit(self, block, blobs, digests):
+            got.update(block=block, blobs=blobs, digests=digests)
+
+        def close(self):
+            pass
+
+    s = Simulation(_scenario("fedavg", {"clients": 0}, rounds=1), workers=0)
+    s._writer = Capture()
+    s.run()
+    w = LedgerWriter(tmp_path / "ledger", s.genesis, [])
+    w.start()
+    w.submit(got["block"], got["blobs"], list(reversed(got["digests"])))  # the digests in the wrong order
+    with pytest.raises(RuntimeError, match="height 1 was reported under the wrong digest"):
+        w.close()
+
+
 def test_workers_survive_a_corrupt_coordinator_and_replay_the_same_head():
     sc = _scenario("fedavg", {"clients": 0}, rounds=4)
     sc = dataclasses.replace(
