@@ -40,8 +40,8 @@ case "$SIBLINGS" in *,*) ;; *) SIBLINGS= ;; esac  # no SMT: no such pair
 echo "distinct physical cores: $DISTINCT; hyperthreads of cpu2's core: ${SIBLINGS:-none (no SMT)}" | tee -a "$OUT/topology.txt"
 for cores in $DISTINCT $SIBLINGS; do
   echo "== W1, cores $cores"
-  taskset -c $cores $PY benchmarks/sim_overhead.py --repeat 5 --no-torch --json "$OUT/w1_cores$cores.json" > "$OUT/w1_cores$cores.log" 2>&1
-  show "$OUT/w1_cores$cores.log"
+  taskset -c $cores $PY benchmarks/sim_overhead.py --repeat 5 --no-torch --json "$OUT/w1_cores${cores//,/-}.json" > "$OUT/w1_cores${cores//,/-}.log" 2>&1
+  show "$OUT/w1_cores${cores//,/-}.log"
 done
 echo "== 50 clients x 20 rounds, cores $DISTINCT"
 taskset -c $DISTINCT $PY benchmarks/sim_overhead.py --repeat 3 --no-torch --clients 50 --rounds 20 --json "$OUT/c50.json" > "$OUT/c50.log" 2>&1
