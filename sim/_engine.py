@@ -710,8 +710,7 @@ class Simulation:
         h = self.nodes[proposer].status().height
         last = self._speculated_model
         if last is not None and last[0] == h and np.array_equal(last[1], model):
-            included = {(p, t) for p, t in self._speculated_included}
-            if included == {(u.peer, u.fl_round) for u in payload.updates}:
+            if set(self._speculated_included) == {(u.peer, u.fl_round) for u in payload.updates}:
                 return  # the prediction was right: those jobs are already offered
         self._speculate_from(h, model, [(u.peer, u.fl_round) for u in payload.updates])
 
@@ -783,9 +782,9 @@ class Simulation:
             self._corrupt_round(peer, job.fl_round)
         spec = self._job_spec(peer, r, job.purpose, job.model, job.server_state, self._client_state.get(peer))
         handle = self._pool.submit(spec)
+        self._uploads.pop(r - 4, None)
         if job.purpose == PURPOSE_UPDATE and self._pool.active and r >= self._predict_round:
             self._predict_round = r
-            self._uploads.pop(r - 4, None)
         self._round_jobs.setdefault(job.fl_round, []).append((peer, handle))
         done = self._now_us + self.train_us[peer] + outcome * self._round_us
         self._busy_until[peer] = done
@@ -823,7 +822,7 @@ class Simulation:
                 self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
                 return
         self._last_upload[peer] = delta
-        if job.purpose == PURPOSE_UPDATE:
+        if job.purpose == PURPOSE_UPDATE and self._pool.active:  # (kept for the preview: only with workers)
             self._uploads.setdefault(job.fl_round, {})[peer] = (n, delta)
         self._apply(peer, self.nodes[peer].on_training_done(job, TrainResult(delta, n)))
 
