@@ -63,8 +63,8 @@ _BAD_FORK = "fork"
 
 def child_inbox(conn: Connection) -> queue.SimpleQueue[Any]:
     """In a forked helper process (the ledger writer; a training worker orders its own queue, see ``_serve``):
-    ignore Ctrl-C and return a queue that a
-    daemon thread fills with every message from ``conn``, then ``None`` at the parent's ``None`` or at EOF.
+    ignore Ctrl-C and return a queue that a daemon thread fills with every message from ``conn``, then
+    ``None`` at the parent's ``None`` or at EOF.
 
     Ctrl-C reaches the whole process group: the parent stops the workers and drains the writer itself (a
     decided block is never lost to an interrupt), so a helper must not die of it mid-write. Reading on a
