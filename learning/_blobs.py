@@ -8,6 +8,9 @@ blob is strict: canonical layout, exactly one F32 tensor of the expected length,
 
 from __future__ import annotations
 
+import functools
+import struct
+
 import numpy as np
 
 from ledger import BlobError, TensorEntry, decode_tensors, encode_tensors, sha256
@@ -18,12 +21,22 @@ __all__ = ["VECTOR_TENSOR", "blob_digest", "blob_to_vector", "vector_to_blob"]
 VECTOR_TENSOR = "vector"
 
 
+@functools.lru_cache(maxsize=64)
+def _prefix(dim: int) -> bytes:
+    """The canonical ``length ‖ header`` of a vector blob of ``dim`` floats: all of a vector blob but its data.
+
+    Exactly what :func:`ledger.encode_tensors` writes for the one tensor (a vector blob's header depends on
+    ``dim`` only), so the hot paths below can build and recognize blobs without JSON."""
+    blob = encode_tensors([TensorEntry(VECTOR_TENSOR, "F32", (dim,), bytes(4 * dim))])
+    return blob[: len(blob) - 4 * dim]
+
+
 def vector_to_blob(vector: np.ndarray) -> bytes:
     """Canonical blob bytes of a 1-D float32 vector (converted to little-endian float32)."""
     v = np.ascontiguousarray(vector, dtype="<f4")
     if v.ndim != 1:
         raise ValueError(f"expected a 1-D vector, got shape {v.shape}")
-    return encode_tensors([TensorEntry(VECTOR_TENSOR, "F32", (v.shape[0],), memoryview(v).cast("B"))])
+    return _prefix(v.shape[0]) + v.tobytes()
 
 
 def blob_digest(blob: bytes) -> bytes:
@@ -38,6 +51,15 @@ def blob_to_vector(blob: bytes, *, dim: int | None = None, what: str = "blob") -
     InvalidUpdateError
         Not a canonical vector blob, wrong length, or non-finite values.
     """
+    if dim is not None and len(blob) >= 8:
+        (hlen,) = struct.unpack_from("<Q", blob, 0)
+        prefix = _prefix(dim)
+        if len(blob) == len(prefix) + 4 * dim and hlen == len(prefix) - 8 and blob[: len(prefix)] == prefix:
+            # byte-for-byte the canonical layout of a ``dim``-vector: exactly what the strict parse below accepts
+            v = np.frombuffer(blob, dtype="<f4", offset=len(prefix))
+            if not np.isfinite(v).all():
+                raise InvalidUpdateError(f"{what}: contains NaN or Inf")
+            return v
     try:
         entries, _ = decode_tensors(blob)
     except BlobError as e:

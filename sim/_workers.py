@@ -21,7 +21,8 @@ same inputs. That gives three freedoms the event loop uses:
   view change, another sample, a new client state), it is discarded. So a speculation can only cost a
   worker's time; it never changes a result, and this process never trains a speculative job.
 * **No polling.** Each worker orders its own queue (wanted jobs first, then speculations, skipping what it
-  is told to drop) and sends results from a thread of its own, so this process only talks to a worker
+  is told to drop; a reader thread takes messages as they come) and sends each result as it is done
+  into a wide socket buffer, so this process only talks to a worker
   when it hands out jobs, drops or steals them, or needs a result.
 
 Workers are forked when ``run()`` starts, before the ledger writer, so they share the client data
@@ -88,7 +89,7 @@ def _serve(conn: Connection) -> None:
     """A worker. Messages: ``("jobs", [(job id, spec, model, wanted)])`` (``model`` None: the last one sent;
     the spec's own model field is empty), ``("drop", [job ids])`` (skip them if not started), ``None``
     (stop). It trains wanted jobs first, oldest first, then speculations, and replies ``(job id, ok,
-    value)`` from a sender thread, so it never waits for this process to read."""
+    value)`` after each job (see :func:`_widen_send_buffer`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # see child_inbox
     wanted: collections.OrderedDict[int, Any] = collections.OrderedDict()
     spec_q: collections.OrderedDict[int, Any] = collections.OrderedDict()
@@ -117,21 +118,8 @@ def _serve(conn: Connection) -> None:
             stop[0] = True
             cond.notify()
 
-    replies: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def send() -> None:
-        while (reply := replies.get()) is not None:
-            try:
-                try:
-                    conn.send(reply)
-                except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
-                    conn.send((reply[0], False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]}")))
-            except (BrokenPipeError, OSError):
-                return
-
     threading.Thread(target=read, daemon=True).start()
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
+    _widen_send_buffer(conn)
     while True:
         with cond:
             while not (wanted or spec_q or stop[0]):
@@ -145,9 +133,35 @@ def _serve(conn: Connection) -> None:
             reply: tuple[int, bool, Any] = (jid, True, _HOST._run_job(spec))
         except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it there
             reply = (jid, False, e)
-        replies.put(reply)
-    replies.put(None)
-    sender.join(timeout=5)
+        try:
+            try:
+                conn.send(reply)
+            except (pickle.PicklingError, TypeError, AttributeError):  # an exception that does not pickle
+                conn.send((jid, False, RuntimeError(f"{type(reply[2]).__name__}: {reply[2]}")))
+        except OSError:  # the parent is gone
+            return
+
+
+def _widen_send_buffer(conn: Connection) -> None:
+    """Let results queue up in the socket instead of in a sender thread of ours.
+
+    The worker sends each result from its training loop. The parent reads results only when it needs one,
+    so speculated results wait in the socket meanwhile: with Linux's default 208 KiB send buffer the
+    worker would stall after ten W1 updates. Up to 4 MiB is asked for (the kernel caps it at
+    ``net.core.wmem_max``). A full buffer only pauses this worker: the reader thread keeps draining the
+    parent's messages, so the two processes never wait on each other. (A sender thread did the same
+    without a big buffer, but its hand-offs of the interpreter lock cost the training loop more than
+    the copy saves: measured on W1, see benchmarks/README.md.)"""
+    try:
+        import socket  # noqa: PLC0415
+
+        sock = socket.socket(fileno=conn.fileno())
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        finally:
+            sock.detach()
+    except (OSError, ValueError):  # not a socket (another platform's pipe): sends may wait, as before
+        pass
 
 
 def _usable_cores() -> int:

@@ -21,6 +21,9 @@ BLOB_BYTES_MAX = 2 << 30
 """Largest blob read or written (2 GiB)."""
 
 
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def _check_digest(digest: bytes) -> str:
     if type(digest) is not bytes or len(digest) != 32:
         raise BlobError(f"a blob digest is 32 bytes, got {digest!r:.40}")
@@ -80,26 +83,42 @@ class FileBlobStore:
         their contents durable, then they are renamed to their final names, then a second ``os.sync()``
         makes the renames durable. A crash leaves complete blobs or none under final names. Where
         ``os.sync`` does not exist this is a loop of :meth:`put`.
+
+        This is the simulator's results-ledger hot path (a round's updates and model): it works on ``str``
+        paths with ``os`` calls and names each temporary file after its blob and this process (created
+        with ``O_EXCL``; ``mkstemp`` only if that name is taken), which halves the Python work per blob.
         """
         if not hasattr(os, "sync"):
             return [self.put(b) for b in blobs]
         if self._readonly:
             raise BlobError(f"{self.root}: opened read-only")
-        digests, pending = [], []
+        digests: list[bytes] = []
+        pending: list[tuple[str, str]] = []
+        queued: set[bytes] = set()
+        suffix = f"-{os.getpid()}"
         try:
             for data in blobs:
                 if len(data) > BLOB_BYTES_MAX:
                     raise BlobError(f"blob of {len(data)} bytes exceeds {BLOB_BYTES_MAX}")
                 digest = sha256(data)
                 digests.append(digest)
-                final = self._path(digest)
-                if final.is_file() or any(f == final for _, f in pending):
+                if digest in queued:
                     continue
-                if final.parent.name not in self._dirs:
-                    final.parent.mkdir(exist_ok=True)
-                    self._dirs.add(final.parent.name)
-                fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-")
+                hx = digest.hex()
+                parent = os.path.join(self._root_str, hx[:2])
+                final = os.path.join(parent, hx[2:])
+                if os.path.isfile(final):
+                    continue
+                if hx[:2] not in self._dirs:
+                    os.makedirs(parent, exist_ok=True)
+                    self._dirs.add(hx[:2])
+                tmp = os.path.join(parent, ".tmp-" + hx[2:18] + suffix)
+                try:
+                    fd = os.open(tmp, _TMP_FLAGS, 0o600)
+                except FileExistsError:  # left by a crashed process that had our pid: a fresh name
+                    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".tmp-")
                 pending.append((tmp, final))
+                queued.add(digest)
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
             if pending:
@@ -110,7 +129,10 @@ class FileBlobStore:
                 os.sync()  # the renames durable
         finally:
             for tmp, _ in pending:
-                Path(tmp).unlink(missing_ok=True)
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
         return digests
 
     def get(self, digest: bytes) -> bytes:

@@ -161,6 +161,27 @@ def test_file_blob_store(tmp_path):
     assert mem.get(mem.put(b"abc")) == b"abc"
 
 
+def test_file_blob_store_put_many(tmp_path):
+    import os
+
+    bs = FileBlobStore(tmp_path / "blobs")
+    blobs = [b"a" * 10, b"b" * 20, b"a" * 10, b"c"]
+    # a temporary file left by a crashed process that had this pid, under the name put_many would pick
+    stale_digest = sha256(b"b" * 20).hex()
+    (tmp_path / "blobs" / stale_digest[:2]).mkdir()
+    stale = tmp_path / "blobs" / stale_digest[:2] / f".tmp-{stale_digest[2:18]}-{os.getpid()}"
+    stale.write_bytes(b"torn")
+    got = bs.put_many(blobs)
+    assert got == [sha256(b) for b in blobs]  # one digest per input, duplicates included
+    for b, d in zip(blobs, got):
+        assert bs.get(d) == b
+    assert stale.read_bytes() == b"torn"  # not ours to remove, never renamed into place
+    assert sorted(p.name for p in (tmp_path / "blobs").rglob(".tmp-*")) == [stale.name]
+    assert bs.put_many(blobs) == got  # idempotent
+    with pytest.raises(BlobError, match="read-only"):
+        FileBlobStore(tmp_path / "blobs", readonly=True).put_many([b"x"])
+
+
 # --- canonical tensor blobs (safetensors layout) --------------------------------------------
 
 
