@@ -341,7 +341,7 @@ def _own_bucket(key: tuple[str, int, str]) -> str | None:
     """The bucket a function's own time belongs to, or None to inherit it from its callers."""
     filename, _, name = key
     if filename == "~":  # a built-in: recognise the few that are a bucket by themselves
-        if "ed25519" in name.lower() or "cryptography" in name:
+        if "ed25519" in name.lower() or "cryptography" in name or "crypto_sign" in name or "_sodium" in name:
             return "signatures"
         if "_hashlib" in name or "sha256" in name or "_blake2" in name:
             return "hashing"
@@ -371,7 +371,7 @@ def _own_bucket(key: tuple[str, int, str]) -> str | None:
                 return bucket
         return "other"
     p = path.as_posix()
-    if "/cryptography/" in p:
+    if "/cryptography/" in p or "/nacl/" in p:
         return "signatures"
     if "/msgpack/" in p:
         return "encoding/decoding"

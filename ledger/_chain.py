@@ -261,23 +261,27 @@ def check_certificate(
 ) -> None:
     """Raise unless ``cert`` holds a quorum of valid COMMIT signatures of ``committee`` over ``header``."""
     h = header.height
-    _check(cert.height == h, h, f"certificate is for height {cert.height}")
+    if cert.height != h:
+        raise ChainError(f"height {h}: certificate is for height {cert.height}")
     # pBFT §4.5.2: after a view change the highest prepared block is re-proposed *unchanged* (its header
     # keeps the view and proposer it was first proposed in) and committed by votes of the later view.
-    _check(cert.view >= header.view, h, f"certificate is for view {cert.view}, before the header's view {header.view}")
-    _check(cert.block_hash == (header_hash or header.hash()), h, "certificate signs a different block hash")
+    if cert.view < header.view:
+        raise ChainError(f"height {h}: certificate is for view {cert.view}, before the header's view {header.view}")
+    if cert.block_hash != (header_hash or header.hash()):
+        raise ChainError(f"height {h}: certificate signs a different block hash")
     cset = frozenset(committee)
     need = ctx.quorum(len(committee))
-    _check(
-        len(cert.signatures) >= need,
-        h,
-        f"certificate has {len(cert.signatures)} signatures, quorum is {need} of {len(committee)} ({ctx.quorum_rule})",
-    )
+    if len(cert.signatures) < need:
+        raise ChainError(
+            f"height {h}: certificate has {len(cert.signatures)} signatures, quorum is {need} of {len(committee)} "
+            f"({ctx.quorum_rule})"
+        )
     msg = commit_sign_bytes(ctx.chain_id, h, cert.view, cert.block_hash)
+    what = f"height {h}: commit signature"
     for s in cert.signatures:  # sorted and unique by construction (Certificate.__post_init__)
         if s.signer not in cset:
             raise SignatureError(f"height {h}: certificate signer {s.signer} is not in the committee")
-        ctx.keys.verify(s.signer, s.signature, msg, what=f"height {h}: commit signature")
+        ctx.keys.verify(s.signer, s.signature, msg, what=what)
 
 
 def check_evidence(ctx: ChainContext, height: int, ev: Evidence) -> None:
@@ -347,34 +351,48 @@ def _apply_block(
     if digests is None:
         digests = BlockDigests(hd.hash(), pl.hash(), tuple(update_leaves(pl.updates)))
     h = state.height + 1
-    _check(hd.chain_id == ctx.chain_id, h, f"chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
-    _check(hd.height == h, h, f"expected height {h}, block says {hd.height} (missing or reordered block)")
-    _check(hd.prev_hash == state.head_hash, h, "prev_hash does not link to the previous block")
-    _check(hd.fl_round == h, h, f"fl_round {hd.fl_round} differs from height")
-    _check(hd.time_ms >= state.time_ms, h, f"time goes backwards ({hd.time_ms} < {state.time_ms})")
+    if hd.chain_id != ctx.chain_id:
+        raise ChainError(f"height {h}: chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
+    if hd.height != h:
+        raise ChainError(f"height {h}: expected height {h}, block says {hd.height} (missing or reordered block)")
+    if hd.prev_hash != state.head_hash:
+        raise ChainError(f"height {h}: prev_hash does not link to the previous block")
+    if hd.fl_round != h:
+        raise ChainError(f"height {h}: fl_round {hd.fl_round} differs from height")
+    if hd.time_ms < state.time_ms:
+        raise ChainError(f"height {h}: time goes backwards ({hd.time_ms} < {state.time_ms})")
     expected = primary(state.committee, state.head_hash, h, hd.view)
-    _check(hd.proposer == expected, h, f"proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
-    _check(hd.payload_hash == digests.payload_hash, h, "payload hash mismatch")
-    _check(hd.updates_root == merkle_root(digests.update_leaves), h, "Merkle root of update commitments mismatch")
+    if hd.proposer != expected:
+        raise ChainError(f"height {h}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
+    if hd.payload_hash != digests.payload_hash:
+        raise ChainError(f"height {h}: payload hash mismatch")
+    if hd.updates_root != merkle_root(digests.update_leaves):
+        raise ChainError(f"height {h}: Merkle root of update commitments mismatch")
     check_certificate(ctx, state.committee, hd, block.certificate, header_hash=digests.header_hash)
     seen_updates: set[tuple[str, int]] = set()
+    what_update = f"height {h}: update commitment"
     for u in pl.updates:
-        _check(u.peer in ctx.members, h, f"update from non-member {u.peer!r:.60}")
+        if u.peer not in ctx.members:
+            raise ChainError(f"height {h}: update from non-member {u.peer!r:.60}")
         # an update is stamped with the round whose model it started from: the current one, or an earlier one
         # for semi-synchronous algorithms (how old is allowed is the round rules' call, checked on re-execution)
-        _check(1 <= u.fl_round <= hd.fl_round, h, f"update of {u.peer} is for round {u.fl_round}")
-        _check((u.peer, u.fl_round) not in seen_updates, h, f"two updates of {u.peer} for round {u.fl_round}")
+        if not (1 <= u.fl_round <= hd.fl_round):
+            raise ChainError(f"height {h}: update of {u.peer} is for round {u.fl_round}")
+        if (u.peer, u.fl_round) in seen_updates:
+            raise ChainError(f"height {h}: two updates of {u.peer} for round {u.fl_round}")
         seen_updates.add((u.peer, u.fl_round))
         ctx.keys.verify(
             u.peer,
             u.signature,
             update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
-            what=f"height {h}: update commitment",
+            what=what_update,
         )
     for p in pl.next_committee:
-        _check(p in ctx.members, h, f"next committee names non-member {p!r:.60}")
+        if p not in ctx.members:
+            raise ChainError(f"height {h}: next committee names non-member {p!r:.60}")
     for x in pl.attestations:
-        _check(x.height == h, h, f"attestation of {x.signer} is for height {x.height}")
+        if x.height != h:
+            raise ChainError(f"height {h}: attestation of {x.signer} is for height {x.height}")
         ctx.keys.verify(
             x.signer,
             x.signature,

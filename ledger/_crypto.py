@@ -9,6 +9,10 @@
   ``[chain_id, kind, height, view, body]``. Chain id, message kind and height are therefore always
   signed, as CometBFT's ``CanonicalizeVote`` does: no replay across chains, heights or message kinds.
   Ed25519 is deterministic, so simulation traces stay bit-stable.
+* Ed25519 is libsodium's (PyNaCl): RFC 8032 signatures, byte-identical to any other implementation's for
+  the same key and message, and a strict verifier (canonical ``S``, no small-order key or ``R``), about
+  twice as fast as OpenSSL's on these machines (``benchmarks/ledger_bench.py`` measures both). Every node
+  and every audit verifies by the same rules, so no two of them disagree about a signature.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import hashlib
 from dataclasses import dataclass
 
 import msgpack
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
+from nacl.exceptions import BadSignatureError, CryptoError
 
 from ledger._encoding import Value, encode
 from ledger._errors import DecodeError, SignatureError
@@ -146,20 +150,26 @@ def sign_bytes_flat(chain_id: str, kind: str, height: int, view: int, body: dict
     return _SIGN_PREFIX + msgpack.packb([chain_id, kind, height, view, body], use_bin_type=True)
 
 
-def verify_signature(public_key: Ed25519PublicKey | bytes, signature: bytes, message: bytes) -> bool:
-    """True iff ``signature`` is a valid Ed25519 signature of ``message``; never raises on bad input."""
-    if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
-        return False
+def _verify(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    """libsodium's ``crypto_sign_verify``: the signature, then the message, checked against the key."""
     try:
-        key = public_key if isinstance(public_key, Ed25519PublicKey) else Ed25519PublicKey.from_public_bytes(public_key)
-        key.verify(signature, message)
-    except (InvalidSignature, ValueError, TypeError):
+        crypto_sign_open(signature + message, public_key)
+    except (BadSignatureError, CryptoError, ValueError, TypeError):
         return False
     return True
 
 
+def verify_signature(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    """True iff ``signature`` is a valid Ed25519 signature of ``message``; never raises on bad input."""
+    if type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
+        return False
+    if type(public_key) is not bytes or len(public_key) != PUBLIC_KEY_BYTES or type(message) is not bytes:
+        return False
+    return _verify(public_key, signature, message)
+
+
 class PublicKeyCache:
-    """Parsed public keys by peer id (parsing costs about as much as hashing a block).
+    """Members' public keys by peer id.
 
     Only keys handed in by :meth:`add` are known: membership is decided by whoever fills the cache
     (the genesis), never by the peer id a message claims.
@@ -173,12 +183,14 @@ class PublicKeyCache:
     __slots__ = ("_keys", "_memo", "_memo_max")
 
     def __init__(self, *, memo_max: int = 0) -> None:
-        self._keys: dict[str, Ed25519PublicKey] = {}
+        self._keys: dict[str, bytes] = {}
         self._memo: dict[tuple[str, bytes, bytes], None] = {}
         self._memo_max = memo_max
 
     def add(self, peer_id: str, public_key: bytes) -> None:
-        self._keys[peer_id] = Ed25519PublicKey.from_public_bytes(public_key)
+        if type(public_key) is not bytes or len(public_key) != PUBLIC_KEY_BYTES:
+            raise ValueError(f"an Ed25519 public key is {PUBLIC_KEY_BYTES} bytes")
+        self._keys[peer_id] = public_key
 
     def __contains__(self, peer_id: object) -> bool:
         return peer_id in self._keys
@@ -195,10 +207,8 @@ class PublicKeyCache:
             memo_key = (signer, signature, hashlib.sha256(message).digest())
             if memo_key in self._memo:
                 return
-        try:
-            key.verify(signature, message)
-        except InvalidSignature:
-            raise SignatureError(f"{what}: invalid signature by {signer}") from None
+        if not _verify(key, signature, message):
+            raise SignatureError(f"{what}: invalid signature by {signer}")
         if memo_key is not None:
             if len(self._memo) >= self._memo_max:
                 self._memo.pop(next(iter(self._memo)))  # oldest first (insertion order)
@@ -217,10 +227,7 @@ class KeyPair:
     def from_seed(cls, seed: bytes) -> KeyPair:
         if type(seed) is not bytes or len(seed) != SEED_BYTES:
             raise ValueError(f"an Ed25519 seed is {SEED_BYTES} bytes")
-        sk = Ed25519PrivateKey.from_private_bytes(seed)
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-        pk = sk.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        pk, _ = crypto_sign_seed_keypair(seed)
         return cls(seed, pk, peer_id_from_public_key(pk))
 
     @classmethod
@@ -232,20 +239,21 @@ class KeyPair:
         return cls.from_seed(hash_tagged(b"concilium-test-key", label.encode()))
 
     def sign(self, message: bytes) -> bytes:
-        return _private(self.seed).sign(message)
+        return crypto_sign(message, _secret(self.seed))[:SIGNATURE_BYTES]
 
     def __repr__(self) -> str:  # never print the seed
         return f"KeyPair(peer_id={self.peer_id!r})"
 
 
-_PRIVATE_CACHE: dict[bytes, Ed25519PrivateKey] = {}
+_SECRET_CACHE: dict[bytes, bytes] = {}
 
 
-def _private(seed: bytes) -> Ed25519PrivateKey:
-    # Parsing a private key is ~20 µs; signers sign many messages. Bounded to keep memory flat.
-    key = _PRIVATE_CACHE.get(seed)
-    if key is None:
-        if len(_PRIVATE_CACHE) > 4096:
-            _PRIVATE_CACHE.clear()
-        key = _PRIVATE_CACHE[seed] = Ed25519PrivateKey.from_private_bytes(seed)
-    return key
+def _secret(seed: bytes) -> bytes:
+    # libsodium's 64-byte secret key (seed ‖ public key): deriving it costs a scalar multiplication, and
+    # signers sign many messages. Bounded to keep memory flat.
+    sk = _SECRET_CACHE.get(seed)
+    if sk is None:
+        if len(_SECRET_CACHE) > 4096:
+            _SECRET_CACHE.clear()
+        sk = _SECRET_CACHE[seed] = crypto_sign_seed_keypair(seed)[1]
+    return sk
