@@ -105,40 +105,35 @@ def _check_decoded(value: Value, depth: int) -> None:
     comparing with ``encode(value)``, without rebuilding the tree: this is the hot path of every decode."""
     t = type(value)
     if t is tuple:
-        if depth >= DEPTH_MAX:
-            raise ValueError(f"nesting deeper than {DEPTH_MAX}")
-        for v in value:
-            tv = type(v)
-            if tv is tuple or tv is dict:
-                _check_decoded(v, depth + 1)
-            elif tv is float:
-                if not math.isfinite(v):
-                    raise ValueError(f"non-finite float: {v!r}")
-            elif tv not in _LEAVES:
-                raise TypeError(f"not a canonical value: {tv.__name__}")
+        items: Any = value
     elif t is dict:
-        if depth >= DEPTH_MAX:
-            raise ValueError(f"nesting deeper than {DEPTH_MAX}")
+        items = value.values()
         first, prev = True, ""
-        for k, v in value.items():
+        for k in value:
             if type(k) is not str:
                 raise TypeError(f"map keys must be str, got {type(k).__name__}")
             if not first and k <= prev:
                 raise ValueError("map keys are not in sorted order")
             first, prev = False, k
-            tv = type(v)
-            if tv is tuple or tv is dict:
-                _check_decoded(v, depth + 1)
-            elif tv is float:
-                if not math.isfinite(v):
-                    raise ValueError(f"non-finite float: {v!r}")
-            elif tv not in _LEAVES:
-                raise TypeError(f"not a canonical value: {tv.__name__}")
     elif t is float:
         if not math.isfinite(value):
             raise ValueError(f"non-finite float: {value!r}")
-    elif t not in _LEAVES:
+        return
+    elif t in _LEAVES:
+        return
+    else:
         raise TypeError(f"not a canonical value: {t.__name__}")
+    if depth >= DEPTH_MAX:
+        raise ValueError(f"nesting deeper than {DEPTH_MAX}")
+    for v in items:  # the leaves here, without a call each
+        tv = type(v)
+        if tv is tuple or tv is dict:
+            _check_decoded(v, depth + 1)
+        elif tv is float:
+            if not math.isfinite(v):
+                raise ValueError(f"non-finite float: {v!r}")
+        elif tv not in _LEAVES:
+            raise TypeError(f"not a canonical value: {tv.__name__}")
 
 
 _LEAVES = frozenset({str, bytes, int, bool, type(None)})
