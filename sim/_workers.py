@@ -21,9 +21,9 @@ same inputs. That gives three freedoms the event loop uses:
   view change, another sample, a new client state), it is discarded. So a speculation can only cost a
   worker's time; it never changes a result, and this process never trains a speculative job.
 * **No polling.** Each worker orders its own queue (wanted jobs first, then speculations, skipping what it
-  is told to drop; a reader thread takes messages as they come) and sends each result as it is done
-  into a wide socket buffer, so this process only talks to a worker
-  when it hands out jobs, drops or steals them, or needs a result.
+  is told to drop; a reader thread takes messages as they come) and sends each result as it is done into
+  a wide socket buffer, so this process only talks to a worker when it hands out jobs, drops or steals
+  them, or needs a result.
 
 Workers are forked when ``run()`` starts, before the ledger writer, so they share the client data
 copy-on-write; only the job (seeds, states; the model once per round) and its result cross a pipe. PyTorch
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from sim._engine import Simulation, _JobSpec
 
-__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers", "same_job"]
+__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers", "same_job", "widen_send_buffer"]
 
 _HOST: Simulation | None = None
 """In a forked worker: the simulation it was forked from (its data, trainer and strategy)."""
@@ -89,7 +89,7 @@ def _serve(conn: Connection) -> None:
     """A worker. Messages: ``("jobs", [(job id, spec, model, wanted)])`` (``model`` None: the last one sent;
     the spec's own model field is empty), ``("drop", [job ids])`` (skip them if not started), ``None``
     (stop). It trains wanted jobs first, oldest first, then speculations, and replies ``(job id, ok,
-    value)`` after each job (see :func:`_widen_send_buffer`)."""
+    value)`` after each job (see :func:`widen_send_buffer`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # see child_inbox
     wanted: collections.OrderedDict[int, Any] = collections.OrderedDict()
     spec_q: collections.OrderedDict[int, Any] = collections.OrderedDict()
@@ -119,7 +119,7 @@ def _serve(conn: Connection) -> None:
             cond.notify()
 
     threading.Thread(target=read, daemon=True).start()
-    _widen_send_buffer(conn)
+    widen_send_buffer(conn)
     while True:
         with cond:
             while not (wanted or spec_q or stop[0]):
@@ -142,8 +142,10 @@ def _serve(conn: Connection) -> None:
             return
 
 
-def _widen_send_buffer(conn: Connection) -> None:
-    """Let results queue up in the socket instead of in a sender thread of ours.
+def widen_send_buffer(conn: Connection) -> None:
+    """Let messages queue up in the socket instead of in a sender thread of ours (or in the sender's
+    time slices: the ledger writer's parent end uses it too, so a block's blobs go in one write instead of
+    waking the writer for every 208 KiB).
 
     The worker sends each result from its training loop. The parent reads results only when it needs one,
     so speculated results wait in the socket meanwhile: with Linux's default 208 KiB send buffer the

@@ -27,7 +27,7 @@ from typing import Any
 
 from ledger import Block, Genesis
 from ledger.store import create_ledger
-from sim._workers import child_inbox
+from sim._workers import child_inbox, widen_send_buffer
 
 __all__ = ["LedgerWriter"]
 
@@ -121,6 +121,7 @@ class LedgerWriter:
                                      name="concilium-ledger-writer")
             self._proc.start()
             child.close()
+            widen_send_buffer(parent)  # a block's blobs in one write, not one wake-up of the writer per 208 KiB
             self._conn = parent
         else:
             self._thread = threading.Thread(target=self._run_thread, name="ledger-writer", daemon=True)
