@@ -74,6 +74,18 @@ def test_speculated_jobs_are_used_only_when_identical():
     assert r1.head_hash == r0.head_hash and t1 == t0
 
 
+def test_results_bigger_than_the_socket_buffer_flow_without_a_sender_thread():
+    # ~600k parameters: each result (2.4 MB) is larger than a default socket buffer, and the speculated
+    # results of a round (12 of them) larger than the widened one. A worker blocked on a send must only
+    # wait for this process to read, never deadlock against it; every speculation is still claimed.
+    sc = _scenario("fedavg", {"clients": 0}, rounds=3)
+    sc = dataclasses.replace(sc, model=dataclasses.replace(sc.model, params={"in_features": 64, "hidden": [1024, 512], "num_classes": 10}))
+    s0, r0, t0 = _run(sc, 0)
+    s1, r1, t1 = _run(sc, 1)
+    assert r1.head_hash == r0.head_hash and t1 == t0
+    assert s1._pool.hits >= 2 * 12 and s1._pool.misses == 0, (s1._pool.hits, s1._pool.misses)
+
+
 def test_committee_mode_with_workers_replays_the_same_head():
     sc = load_scenario(SCENARIOS / "quickstart.toml", rounds=4)
     s0, r0, t0 = _run(sc, 0)
