@@ -11,8 +11,10 @@
   Ed25519 is deterministic, so simulation traces stay bit-stable.
 * Ed25519 is libsodium's (PyNaCl): RFC 8032 signatures, byte-identical to any other implementation's for
   the same key and message, and a strict verifier (canonical ``S``, no small-order key or ``R``), about
-  twice as fast as OpenSSL's on these machines (``benchmarks/ledger_bench.py`` measures both). Every node
-  and every audit verifies by the same rules, so no two of them disagree about a signature.
+  twice as fast as OpenSSL's on these machines (``benchmarks/ledger_bench.py`` measures both). OpenSSL
+  accepts ``R`` = identity, ``S`` = 0 as a signature of *any* message under the identity point as key, so
+  a member registered with that key could disown or be framed with anything; libsodium refuses it (tested).
+  Every node and every audit verifies by the same rules, so no two of them disagree about a signature.
 """
 
 from __future__ import annotations
@@ -239,21 +241,8 @@ class KeyPair:
         return cls.from_seed(hash_tagged(b"concilium-test-key", label.encode()))
 
     def sign(self, message: bytes) -> bytes:
-        return crypto_sign(message, _secret(self.seed))[:SIGNATURE_BYTES]
+        # libsodium's secret key is seed ‖ public key; crypto_sign returns signature ‖ message
+        return crypto_sign(message, self.seed + self.public_key)[:SIGNATURE_BYTES]
 
     def __repr__(self) -> str:  # never print the seed
         return f"KeyPair(peer_id={self.peer_id!r})"
-
-
-_SECRET_CACHE: dict[bytes, bytes] = {}
-
-
-def _secret(seed: bytes) -> bytes:
-    # libsodium's 64-byte secret key (seed ‖ public key): deriving it costs a scalar multiplication, and
-    # signers sign many messages. Bounded to keep memory flat.
-    sk = _SECRET_CACHE.get(seed)
-    if sk is None:
-        if len(_SECRET_CACHE) > 4096:
-            _SECRET_CACHE.clear()
-        sk = _SECRET_CACHE[seed] = crypto_sign_seed_keypair(seed)[1]
-    return sk

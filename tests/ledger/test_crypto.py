@@ -108,3 +108,35 @@ def test_signature_memo_remembers_successes_only():
         b = KeyPair.derive("memo-b")
         cache.add(b.peer_id, b.public_key)
         cache.verify(b.peer_id, a.sign(b"m3"), b"m3", what="t")
+
+
+def test_rfc8032_test_vector_1():
+    # RFC 8032 §7.1, TEST 1 (empty message): the same key and signature bytes as any Ed25519 implementation
+    seed = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+    k = KeyPair.from_seed(seed)
+    assert k.public_key.hex() == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+    sig = k.sign(b"")
+    assert sig.hex() == (
+        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+    )
+    assert verify_signature(k.public_key, sig, b"")
+
+
+def test_small_order_keys_and_points_are_refused():
+    # A member registered with the identity point as its key would have "signatures" anyone can make:
+    # R = identity, S = 0 passes a lax verifier (OpenSSL's) for every message. The strict one refuses it.
+    identity = b"\x01" + bytes(31)
+    forged = identity + bytes(32)
+    for msg in (b"", b"anything", sign_bytes("c", "commit", 1, 0, {"block_hash": bytes(32)})):
+        assert not verify_signature(identity, forged, msg)
+    cache = PublicKeyCache()
+    cache.add("mallory", identity)
+    with pytest.raises(SignatureError, match="invalid signature"):
+        cache.verify("mallory", forged, b"anything", what="t")
+    # a non-canonical S (S + L) of a valid signature is refused too (no malleability)
+    k = KeyPair.derive("s")
+    sig = k.sign(b"m")
+    order = 2**252 + 27742317777372353535851937790883648493
+    s_plus_l = (int.from_bytes(sig[32:], "little") + order).to_bytes(32, "little")
+    assert verify_signature(k.public_key, sig, b"m")
+    assert not verify_signature(k.public_key, sig[:32] + s_plus_l, b"m")
