@@ -139,3 +139,61 @@ def test_encode_rejects_non_canonical_values():
 def test_floats_always_float64_and_lists_equal_tuples():
     assert encode(1.5) == msgpack.packb(1.5, use_single_float=False)
     assert encode([1, 2]) == encode((1, 2))
+
+
+# Any msgpack a peer could send: unsorted and non-str keys, NaN/Inf, float32, wide integer encodings, deep nests.
+_wire_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.binary(max_size=8)
+)
+_wire_values = st.recursive(
+    _wire_scalars,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=3) | st.integers(-3, 3) | st.binary(max_size=2), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def _reference_accepts(data: bytes) -> bool:
+    """The definition ``decode`` implements: the bytes are exactly ``encode`` of what they unpack to."""
+    try:
+        value = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False, ext_hook=lambda c, d: None)
+        return encode(value) == data
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+@given(_wire_values, st.booleans(), st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_decode_accepts_exactly_the_canonical_encodings(v, single_float, sort_keys):
+    # decode checks the unpacked tree instead of re-encoding a rebuilt copy: same verdict as the definition
+    if sort_keys and isinstance(v, dict) and all(type(k) is str for k in v):
+        v = {k: v[k] for k in sorted(v)}
+    try:
+        data = msgpack.packb(v, use_bin_type=True, use_single_float=single_float)
+    except (TypeError, ValueError, OverflowError):
+        return
+    try:
+        back = decode(data)
+    except DecodeError:
+        assert not _reference_accepts(data), data
+    else:
+        assert _reference_accepts(data), data
+        assert encode(back) == data
+
+
+def test_decode_nesting_limit_matches_encode():
+    ok, deep = 0, 0
+    for _ in range(32):
+        ok = [ok]
+    for _ in range(33):
+        deep = [deep]
+    assert decode(encode(ok)) == _norm(ok)
+    with pytest.raises(ValueError):
+        encode(deep)
+    with pytest.raises(DecodeError, match="nesting"):
+        decode(msgpack.packb(deep))
