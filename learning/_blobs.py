@@ -9,7 +9,6 @@ blob is strict: canonical layout, exactly one F32 tensor of the expected length,
 from __future__ import annotations
 
 import functools
-import struct
 
 import numpy as np
 
@@ -51,10 +50,9 @@ def blob_to_vector(blob: bytes, *, dim: int | None = None, what: str = "blob") -
     InvalidUpdateError
         Not a canonical vector blob, wrong length, or non-finite values.
     """
-    if dim is not None and len(blob) >= 8:
-        (hlen,) = struct.unpack_from("<Q", blob, 0)
+    if dim is not None and dim >= 0:
         prefix = _prefix(dim)
-        if len(blob) == len(prefix) + 4 * dim and hlen == len(prefix) - 8 and blob[: len(prefix)] == prefix:
+        if len(blob) == len(prefix) + 4 * dim and blob[: len(prefix)] == prefix:
             # byte-for-byte the canonical layout of a ``dim``-vector: exactly what the strict parse below accepts
             v = np.frombuffer(blob, dtype="<f4", offset=len(prefix))
             if not np.isfinite(v).all():

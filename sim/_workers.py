@@ -41,6 +41,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -143,20 +144,18 @@ def _serve(conn: Connection) -> None:
 
 
 def widen_send_buffer(conn: Connection) -> None:
-    """Let messages queue up in the socket instead of in a sender thread of ours (or in the sender's
-    time slices: the ledger writer's parent end uses it too, so a block's blobs go in one write instead of
-    waking the writer for every 208 KiB).
+    """Let messages queue up in the socket, not in a sender thread of ours or in waits for the reader.
 
-    The worker sends each result from its training loop. The parent reads results only when it needs one,
-    so speculated results wait in the socket meanwhile: with Linux's default 208 KiB send buffer the
-    worker would stall after ten W1 updates. Up to 4 MiB is asked for (the kernel caps it at
-    ``net.core.wmem_max``). A full buffer only pauses this worker: the reader thread keeps draining the
-    parent's messages, so the two processes never wait on each other. (A sender thread did the same
-    without a big buffer, but its hand-offs of the interpreter lock cost the training loop more than
-    the copy saves: measured on W1, see benchmarks/README.md.)"""
+    A worker sends each result from its training loop; the parent reads results only when it needs one,
+    so speculated results wait in the socket meanwhile (with Linux's default 208 KiB send buffer a W1
+    worker would stall after ten of them). The ledger writer's parent end uses it too: a block's blobs
+    go in one write instead of waking the writer for every 208 KiB. Up to 4 MiB is asked for (the kernel
+    caps it at ``net.core.wmem_max``). A full buffer only pauses the sender until the other side reads:
+    a worker waits for the parent's next collect, and the parent's own sends never wait on that worker
+    (its reader thread keeps draining them), so no two processes wait on each other. (A sender thread
+    did the same without a big buffer, but its hand-offs of the interpreter lock cost the training loop
+    more than the copy saves: measured on W1, see benchmarks/README.md.)"""
     try:
-        import socket  # noqa: PLC0415
-
         sock = socket.socket(fileno=conn.fileno())
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
