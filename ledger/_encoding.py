@@ -201,13 +201,13 @@ _ENCODED_MAX = 1024
 _ENCODED_ITEM_MAX = 16384
 """Bigger encodings (update packets with their blobs) are not kept: packing them is a copy, not a walk."""
 
-_Conv = tuple[Callable[[Any], Value], Callable[[Any, str], Any]]  # (to_value, from_value(v, path))
-
-
 _Path = Any
 """Where a value sits in the record being decoded, for error messages only: a str (the root), or
 ``(parent, field name)`` / ``(parent, index)``, rendered by :func:`_path` when an error is raised (building
 the text for every field of every decoded record cost as much as the checks)."""
+
+
+_Conv = tuple[Callable[[Any], Value], Callable[[Any, _Path], Any]]  # (to_value, from_value(v, path))
 
 
 def _path(path: _Path) -> str:
