@@ -7,16 +7,24 @@ layers; this module only parses arguments, prints, and maps errors to exit codes
 
 * 0 success; 1 a verification found the ledger/proof invalid; 2 bad input (missing or wrong file,
   bad argument). Errors are one line ``concilium: error: <file>: <problem>`` and nothing is written.
+* 141 (128 + SIGPIPE) when the reader of stdout went away (``concilium ledger show L | head``): silent,
+  as a Unix filter killed by SIGPIPE.
+* 130 after Ctrl-C, 143 after SIGTERM (128 + the signal): a simulation stops cleanly between two events,
+  its helpers stopped and every decided block written, with one line ``concilium: interrupted|terminated``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
 import os
+import stat
 import sys
 import time
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +44,33 @@ from ledger import (
     to_json_value,
     verify_proof,
 )
-from ledger._types import MODES, QUORUM_RULES
-from ledger.store import create_ledger, open_ledger
-from node._errors import NodeError
-from node.config import dump_genesis, load_genesis, record_to_toml
+from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
+from ledger.store import CorruptStoreError, create_ledger, open_ledger
+from node._errors import NodeError, Terminated
+from node.config import INT_MAX, check_multiaddr, dump_genesis, load_genesis, record_to_toml, write_file_atomic
 from node.keys import generate_key, load_key, save_key
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
+PROOF_BYTES_MAX = 1 << 20
+"""An inclusion proof is a header, a commitment and log2(leaves) hashes: a few KiB."""
 
 
 class CliError(Exception):
     """A one-line user-facing error (exit code 2)."""
 
 
-def _write_atomic(path: Path, text: str, *, overwrite: bool = True) -> None:
-    if path.exists() and not overwrite:
-        raise CliError(f"{path}: already exists (use --force to overwrite)")
-    if not path.parent.is_dir():
-        raise CliError(f"{path}: directory {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def _write_atomic(path: str, text: str, *, overwrite: bool = True, replace_link: bool | None = None) -> None:
+    """Every output file: ``node.config.write_file_atomic`` (temp file beside it, fsync, rename), which
+    refuses a directory, a missing or non-directory parent, an existing file or link unless ``overwrite``."""
+    write_file_atomic(path, text.encode("utf-8"), overwrite=overwrite, replace_link=replace_link)
 
 
 def _emit(text: str, out: str | None, what: str) -> None:
     """Write ``text`` to ``out`` atomically (printing a one-line note), or print it."""
-    if out:
-        _write_atomic(Path(out), text + "\n")
+    if out is not None:
+        _write_atomic(out, text + "\n", replace_link=False)  # no --force here: an existing file, not a link
         print(f"{out}: {what}")
     else:
         print(text)
@@ -86,6 +92,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def _parse_member(spec: str) -> Member:
     """``KEYFILE|PEERID[,name=NAME][,addr=MULTIADDR]...``."""
     head, *opts = spec.split(",")
+    if not head:
+        raise CliError(f"--member {spec!r}: no key file or peer id before the options")
     name, addrs = "", []
     for o in opts:
         k, sep, v = o.partition("=")
@@ -95,7 +103,7 @@ def _parse_member(spec: str) -> Member:
             name = v
         else:
             addrs.append(v)
-    if head.startswith("12D3KooW") and not Path(head).exists():
+    if head.startswith("12D3KooW") and not os.path.lexists(head):
         try:
             pk = public_key_from_peer_id(head)
         except LedgerError as e:
@@ -104,6 +112,11 @@ def _parse_member(spec: str) -> Member:
     else:
         key = load_key(head)
         pk, peer_id = key.public_key, key.peer_id
+    for a in addrs:
+        try:
+            check_multiaddr(a, peer_id=peer_id)
+        except ValueError as e:
+            raise CliError(f"--member {head}: addr={e}") from None
     try:
         return Member(peer_id=peer_id, public_key=pk, name=name, addrs=tuple(addrs))
     except ValueError as e:
@@ -111,22 +124,57 @@ def _parse_member(spec: str) -> Member:
 
 
 def _parse_param(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``: an integer (64-bit), a finite float, true/false, or else the text."""
     k, sep, v = text.partition("=")
     if not sep or not k:
         raise CliError(f"--param {text!r}: expected KEY=VALUE")
-    for conv in (int, float):
-        try:
-            return k, conv(v)
-        except ValueError:
-            pass
+    try:
+        n = int(v)
+    except ValueError:
+        pass
+    else:
+        if not -(2**63) <= n <= INT_MAX:
+            raise CliError(f"--param {k}: integer out of the 64-bit range")
+        return k, n
+    try:
+        x = float(v)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(x):
+            raise CliError(f"--param {k}: {v!r:.40} is not a finite number")
+        return k, x
     if v in ("true", "false"):
         return k, v == "true"
     return k, v
 
 
+def _check_algorithm(mode: str, algorithm: str) -> None:
+    """The algorithm is one this mode runs: ``cmfl`` in committee mode, a registered strategy otherwise."""
+    if mode == COMMITTEE_MODE:
+        if algorithm != "cmfl":
+            raise CliError(f"--algorithm {algorithm!r}: committee mode runs cmfl (coordinator mode runs the others)")
+        return
+    from learning._strategies import STRATEGIES  # imports torch: only for coordinator mode
+
+    if algorithm not in STRATEGIES:
+        raise CliError(f"--algorithm {algorithm!r}: unknown strategy; known: {', '.join(sorted(STRATEGIES))}")
+
+
+def _parse_params(texts: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for t in texts:
+        k, v = _parse_param(t)
+        if k in params:
+            raise CliError(f"--param {k}: given twice")
+        params[k] = v
+    return params
+
+
 def cmd_genesis_create(args: argparse.Namespace) -> int:
     if not args.member:
         raise CliError("genesis create needs at least one --member")
+    _check_algorithm(args.mode, args.algorithm)
     members = [_parse_member(s) for s in args.member]
     seen: dict[str, str] = {}
     for spec, m in zip(args.member, members):
@@ -148,13 +196,13 @@ def cmd_genesis_create(args: argparse.Namespace) -> int:
                 committee_size=args.committee_size or min(4, len(members)),
                 quorum=args.quorum,
                 fl_rounds=args.fl_rounds,
-                params=dict(_parse_param(p) for p in args.param),
+                params=_parse_params(args.param),
             ),
             model=ModelSpec(name=args.model, digest=digest),
         )
     except (ValueError, TypeError) as e:
         raise CliError(f"genesis: {e}") from None
-    _write_atomic(Path(args.out), dump_genesis(genesis), overwrite=args.force)
+    _write_atomic(args.out, dump_genesis(genesis), overwrite=args.force)
     print(f"{args.out}: chain {genesis.chain_id}, {len(members)} members, genesis hash {genesis.hash().hex()}")
     return EXIT_OK
 
@@ -169,11 +217,20 @@ def cmd_genesis_show(args: argparse.Namespace) -> int:
 
 
 def _open_ro(path: str) -> tuple[Any, Any]:
+    """A ledger opened for a view (show, export, proof): read-only, nothing created beside it, and the index
+    checked on open. Once the file is identified as a concilium ledger, anything wrong inside it is a
+    :class:`CorruptStoreError`: the commands print its ``FAIL`` verdict and exit 1, as ``verify`` does."""
     return open_ledger(path, readonly=True)
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    store, blobs = open_ledger(args.path, readonly=True, check_index=False)
+    if args.reexec == "yes" and args.no_blobs:
+        raise CliError("--reexec yes re-executes every round from the blobs, which --no-blobs skips")
+    try:
+        store, blobs = open_ledger(args.path, readonly=True, check_index=False)
+    except CorruptStoreError as e:
+        print(e.verdict())
+        return EXIT_INVALID
     with store:
         genesis = store.genesis()
         if args.genesis:
@@ -195,10 +252,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
             if public is not None:
                 rx = reexecutor_for(genesis, public=public)
         if args.reexec == "yes" and rx is None:
-            raise CliError(
-                f"{args.path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}"
-                + (" without blobs" if args.no_blobs else "")
-            )
+            raise CliError(f"{args.path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}")
         # progress on stderr, only when it is a terminal (disable=None), so scripts see one line
         with tqdm(total=store.height(), desc="verify", unit="block", file=sys.stderr, disable=None, leave=False) as bar:
             report = audit_chain(
@@ -209,9 +263,14 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
                 reexecutor=rx,
                 on_block=lambda _h: bar.update(1),
             )
+        warning = store.warning
     note = ""
-    if report.ok and rx is None and args.reexec == "auto":
+    if report.ok and rx is None and args.no_blobs:
+        note = " (rounds not re-executed: --no-blobs skips the blobs that re-execution reads)"
+    elif report.ok and rx is None and args.reexec == "auto":
         note = f" (rounds not re-executed: algorithm {genesis.protocol.algorithm!r} has no re-executor)"
+    if warning:
+        note += f"; WARNING: {warning}"
     print(report.line() + note)
     return EXIT_OK if report.ok else EXIT_INVALID
 
@@ -236,63 +295,85 @@ def _block_summary(block: Any) -> dict[str, Any]:
 
 
 def cmd_ledger_show(args: argparse.Namespace) -> int:
-    store, _ = _open_ro(args.path)
-    with store:
-        g = store.genesis()
-        if args.height is None:
-            print(f"chain {g.chain_id}  genesis {g.hash().hex()}  height {store.height()}  head {store.head_hash().hex()}")
-            print(f"mode {g.protocol.mode}  algorithm {g.protocol.algorithm}  members {len(g.members)}  "
-                  f"committee {g.protocol.committee_size}  quorum {g.protocol.quorum}")
-            for h, raw in store.iter_raw():
-                b = _decode_block(raw, h)
-                print(f"  {h:>6}  {b.hash().hex()[:16]}  view {b.header.view}  {len(b.payload.updates):>3} updates  "
-                      f"model {b.payload.model_digest.hex()[:12]}  proposer {b.header.proposer[-8:]}")
-            return EXIT_OK
-        if not 0 <= args.height <= store.height():
-            raise CliError(f"{args.path}: no block at height {args.height} (height is {store.height()})")
-        if args.height == 0:
-            print(json.dumps({"genesis_hash": g.hash().hex(), **record_to_toml(g)}, indent=2))
-        else:
-            print(json.dumps(_block_summary(_decode_block(store.get_raw(args.height), args.height)), indent=2))
+    try:
+        store, _ = _open_ro(args.path)
+        with store:
+            g = store.genesis()
+            if args.height is None:
+                lines = [
+                    f"chain {g.chain_id}  genesis {g.hash().hex()}  height {store.height()}  head {store.head_hash().hex()}",
+                    f"mode {g.protocol.mode}  algorithm {g.protocol.algorithm}  members {len(g.members)}  "
+                    f"committee {g.protocol.committee_size}  quorum {g.protocol.quorum}",
+                ]
+                for h, _raw, b in store.iter_checked():  # every row checked before anything is printed
+                    lines.append(
+                        f"  {h:>6}  {b.hash().hex()[:16]}  view {b.header.view}  {len(b.payload.updates):>3} updates  "
+                        f"model {b.payload.model_digest.hex()[:12]}  proposer {b.header.proposer[-8:]}"
+                    )
+                text = "\n".join(lines)
+            elif not 0 <= args.height <= store.height():
+                note = f"; {store.warning}" if store.warning else ""
+                raise CliError(f"{args.path}: no block at height {args.height} (height is {store.height()}{note})")
+            elif args.height == 0:
+                text = json.dumps({"genesis_hash": g.hash().hex(), **record_to_toml(g)}, indent=2)
+            else:
+                text = json.dumps(_block_summary(store.get_checked(args.height)), indent=2)
+            warning = store.warning
+    except CorruptStoreError as e:
+        print(e.verdict())
+        return EXIT_INVALID
+    if warning:
+        print(f"concilium: warning: {warning}", file=sys.stderr)
+    print(text)
     return EXIT_OK
 
 
-def _decode_block(raw: bytes, height: int) -> Any:
-    from ledger import Block
-
-    try:
-        return Block.decode(raw)  # type: ignore[attr-defined]
-    except LedgerError as e:
-        raise LedgerError(f"height {height}: {e}") from None
-
-
 def cmd_ledger_export(args: argparse.Namespace) -> int:
-    store, _ = _open_ro(args.path)
-    with store:
-        g = store.genesis()
-        out = {
-            "format": "concilium-ledger-export/1",
-            "note": "bytes are hex; this is a view, the canonical bytes are in the ledger",
-            "genesis_hash": g.hash().hex(),
-            "genesis": to_json_value(g.to_value()),  # type: ignore[attr-defined]
-            "blocks": [
-                {"hash": _decode_block(raw, h).hash().hex(), **to_json_value(decode(raw))} for h, raw in store.iter_raw()
-            ],
-        }
+    try:
+        store, _ = _open_ro(args.path)
+        with store:
+            g = store.genesis()
+            out = {
+                "format": "concilium-ledger-export/1",
+                "note": "bytes are hex; this is a view, the canonical bytes are in the ledger",
+                "genesis_hash": g.hash().hex(),
+                "genesis": to_json_value(g.to_value()),  # type: ignore[attr-defined]
+                "blocks": [{"hash": b.hash().hex(), **to_json_value(decode(raw))} for _h, raw, b in store.iter_checked()],
+            }
+            warning = store.warning
+    except CorruptStoreError as e:
+        print(e.verdict())
+        return EXIT_INVALID
+    if warning:
+        print(f"concilium: warning: {warning}", file=sys.stderr)
+        out["warning"] = warning
     _emit(json.dumps(out, indent=1, sort_keys=True), args.out, f"{len(out['blocks'])} blocks")
     return EXIT_OK
 
 
 def cmd_ledger_proof(args: argparse.Namespace) -> int:
-    store, _ = _open_ro(args.path)
-    with store:
-        g = store.genesis()
-        if not 1 <= args.height <= store.height():
-            raise CliError(f"{args.path}: no block at height {args.height} (height is {store.height()})")
-        block = _decode_block(store.get_raw(args.height), args.height)
-        prev = _decode_block(store.get_raw(args.height - 1), args.height - 1) if args.height > 1 else None
-        proof = make_proof(g, block, prev, args.peer)
-    verify_proof(g, proof)  # never hand out a proof that does not verify
+    try:
+        store, _ = _open_ro(args.path)
+        with store:
+            g = store.genesis()
+            if not 1 <= args.height <= store.height():
+                note = f"; {store.warning}" if store.warning else ""
+                raise CliError(f"{args.path}: no block at height {args.height} (height is {store.height()}{note})")
+            block = store.get_checked(args.height)
+            prev = store.get_checked(args.height - 1) if args.height > 1 else None
+            warning = store.warning
+    except CorruptStoreError as e:
+        print(e.verdict())
+        return EXIT_INVALID
+    proof = make_proof(g, block, prev, args.peer)  # no update of PEER there: bad input (exit 2)
+    try:
+        verify_proof(g, proof)  # never hand out a proof that does not verify
+    except LedgerError as e:  # the stored block itself is invalid
+        reason = str(e).removeprefix(f"height {args.height}: ")
+        print(f"FAIL at height {args.height}: {reason} (no proof written)")
+        return EXIT_INVALID
+    if warning:
+        print(f"concilium: warning: {warning}", file=sys.stderr)
     doc = {
         "format": "concilium-inclusion-proof/1",
         "summary": {
@@ -315,9 +396,17 @@ def cmd_ledger_verify_proof(args: argparse.Namespace) -> int:
     genesis = load_genesis(args.genesis)
     p = Path(args.proof)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        if not stat.S_ISREG(p.stat().st_mode):  # a FIFO or a device would never end
+            raise CliError(f"{p}: not a regular file, expected a JSON proof file")
+        with open(p, "rb") as f:
+            raw = f.read(PROOF_BYTES_MAX + 1)
+        if len(raw) > PROOF_BYTES_MAX:
+            raise CliError(f"{p}: larger than {PROOF_BYTES_MAX} bytes, not a proof file")
+        doc = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise CliError(f"{p}: no such proof file") from None
+    except RecursionError:  # the json module recurses once per nesting level
+        raise CliError(f"{p}: not a JSON proof file (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CliError(f"{p}: not a JSON proof file ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != "concilium-inclusion-proof/1" or not isinstance(doc.get("proof"), str):
@@ -341,62 +430,71 @@ def cmd_ledger_demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from sim import LedgerDemo
+    from sim._run import results_folder
 
+    # every bound before any key is derived or anything is written
+    if args.committee_size > args.members:
+        raise CliError(f"--committee-size {args.committee_size}: larger than --members {args.members}")
+    if args.updates > args.members:
+        raise CliError(f"--updates {args.updates}: larger than --members {args.members}")
     out = Path(args.out)
     ledger_dir = out / "ledger"
-    if ledger_dir.exists():
-        raise CliError(f"{ledger_dir}: already exists (choose another --out or remove it)")
-    demo = LedgerDemo(
-        members=args.members,
-        committee_size=args.committee_size,
-        updates_per_block=args.updates,
-        seed=args.seed,
-    )
-    store, blobs = create_ledger(ledger_dir, demo.genesis)
-    t0 = time.perf_counter()
-    with store, tqdm(total=args.blocks, desc="ledger demo", unit="block", file=sys.stderr) as bar:
-        for _ in range(args.blocks):
-            block, bl = demo.next_block()
-            for data in bl.values():
-                blobs.put(data)
-            store.append(block)
-            bar.set_postfix_str(f"height {block.height} committee {','.join(p[-4:] for p in block.payload.next_committee)}")
-            bar.update(1)
-    built = time.perf_counter() - t0
-    (out / "genesis.toml").write_text(dump_genesis(demo.genesis), encoding="utf-8")
-    store, blobs = open_ledger(ledger_dir, readonly=True, check_index=False)
-    t1 = time.perf_counter()
-    with store:
-        report = audit_chain(store.genesis(), store.iter_rows(), blobs=blobs)
-    checked = time.perf_counter() - t1
-    summary = {
-        "chain_id": report.chain_id,
-        "blocks": report.height,
-        "head_hash": report.head_hash.hex(),
-        "verified": report.ok,
-        "signatures_checked": report.signatures_checked,
-        "build_seconds": round(built, 3),
-        "verify_seconds": round(checked, 3),
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    with results_folder(args.out, force=args.force) as build:
+        try:
+            demo = LedgerDemo(
+                members=args.members,
+                committee_size=args.committee_size,
+                updates_per_block=args.updates,
+                seed=args.seed,
+            )
+        except ValueError as e:
+            raise CliError(f"ledger demo: {e}") from None
+        store, blobs = create_ledger(build / "ledger", demo.genesis)
+        t0 = time.perf_counter()
+        with store, tqdm(total=args.blocks, desc="ledger demo", unit="block", file=sys.stderr) as bar:
+            for _ in range(args.blocks):
+                block, bl = demo.next_block()
+                for data in bl.values():
+                    blobs.put(data)
+                store.append(block)
+                bar.set_postfix_str(f"height {block.height} committee {','.join(p[-4:] for p in block.payload.next_committee)}")
+                bar.update(1)
+        built = time.perf_counter() - t0
+        write_file_atomic(build / "genesis.toml", dump_genesis(demo.genesis).encode(), overwrite=False)
+        store, blobs = open_ledger(build / "ledger", readonly=True, check_index=False)
+        t1 = time.perf_counter()
+        with store:
+            report = audit_chain(store.genesis(), store.iter_rows(), blobs=blobs)
+        checked = time.perf_counter() - t1
+        summary = {
+            "chain_id": report.chain_id,
+            "blocks": report.height,
+            "head_hash": report.head_hash.hex(),
+            "verified": report.ok,
+            "signatures_checked": report.signatures_checked,
+            "build_seconds": round(built, 3),
+            "verify_seconds": round(checked, 3),
+        }
+        write_file_atomic(build / "summary.json", (json.dumps(summary, indent=2) + "\n").encode(), overwrite=False)
     print(report.line())
     print(f"results in {out}/ (ledger/, genesis.toml, summary.json); audit again with: concilium ledger verify {ledger_dir}")
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
-    from sim import default_scenario_path, run_scenario
+    from sim import resolve_scenario, run_scenario
 
-    scenario = Path(args.scenario) if args.scenario else default_scenario_path()
+    scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
     name = scenario.stem
-    out = Path(args.out) if args.out else Path("results") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out if args.out is not None else Path("results") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from consensus import ConsensusError
     from learning._errors import LearningError
     from sim import LivenessError
 
     try:
         summary = run_scenario(
-            scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers
+            scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers,
+            force=args.force,
         )
     except FileExistsError as e:
         raise CliError(str(e)) from None
@@ -418,8 +516,38 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 # --- parser ----------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the house error format: one line ``concilium: error: <option>: <problem>``, exit 2,
+    instead of argparse's usage block and error (``--help`` still prints the usage)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_USAGE, f"concilium: error: {_one_line(message.removeprefix('argument '))}\n")
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: a decimal integer in ``[lo, hi]`` (every integer flag is bounded: no 10**30 rounds)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text, 10)
+        except ValueError:  # also a literal longer than Python converts
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r:.40}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be in [{lo}, {hi}], got {text:.40}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+INT63_MAX = 2**63 - 1
+ROUNDS_MAX = 1_000_000
+"""= ``sim._scenario.ROUNDS_MAX`` (not imported: ``sim`` imports torch, and every command parses first)."""
+WORKERS_MAX = 64
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="concilium", description="Decentralized, Byzantine-robust federated learning.")
+    ap = _Parser(prog="concilium", description="Decentralized, Byzantine-robust federated learning.")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     k = sub.add_parser("keygen", help="create an Ed25519 node key (prints the peer id)")
@@ -435,14 +563,14 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--chain-id", default="concilium")
     gc.add_argument("--mode", choices=MODES, default=COMMITTEE_MODE)
     gc.add_argument("--algorithm", default="cmfl")
-    gc.add_argument("--committee-size", type=int, default=0, help="default: min(4, members)")
+    gc.add_argument("--committee-size", type=_int_in(0, MEMBERS_MAX), default=0, help="default: min(4, members)")
     gc.add_argument("--quorum", choices=QUORUM_RULES, default="bft",
                     help="bft = more than 2/3 (safe); majority = CMFL paper's floor(C/2)+1 (NOT Byzantine-safe)")
-    gc.add_argument("--fl-rounds", type=int, default=0, help="rounds to run (0 = until stopped)")
+    gc.add_argument("--fl-rounds", type=_int_in(0, INT63_MAX), default=0, help="rounds to run (0 = until stopped)")
     gc.add_argument("--model", default="mlp", help="model registry name")
     gc.add_argument("--model-digest", default="", help="hex SHA-256 of the initial model blob")
     gc.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="algorithm parameter")
-    gc.add_argument("--time-ms", type=int, default=None, help="genesis time (default: now)")
+    gc.add_argument("--time-ms", type=_int_in(0, INT63_MAX), default=None, help="genesis time (default: now)")
     gc.add_argument("--force", action="store_true", help="overwrite an existing file")
     gc.set_defaults(func=cmd_genesis_create)
     gs = g.add_parser("show", help="validate a genesis file and print it with its hash")
@@ -454,14 +582,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("path", help="ledger directory (or its chain.sqlite)")
     v.add_argument("--genesis", help="trusted genesis file to compare the ledger's genesis with")
     v.add_argument("--no-blobs", action="store_true", help="skip checking referenced blobs")
-    v.add_argument("--expect-height", type=int, help="fail if the chain is shorter (detects a truncated tail)")
+    v.add_argument("--expect-height", type=_int_in(0, INT63_MAX),
+                   help="fail if the chain is shorter (detects a truncated tail)")
     v.add_argument("--reexec", choices=("auto", "yes", "no"), default="auto",
                    help="re-execute every round (scores, selection, election, aggregation) from the blobs; "
                         "auto = when the genesis algorithm is known (default)")
     v.set_defaults(func=cmd_ledger_verify)
     s = lg.add_parser("show", help="list blocks, or print one block (0 = genesis)")
     s.add_argument("path")
-    s.add_argument("height", nargs="?", type=int)
+    s.add_argument("height", nargs="?", type=_int_in(0, INT63_MAX))
     s.set_defaults(func=cmd_ledger_show)
     e = lg.add_parser("export", help="export every block as JSON")
     e.add_argument("path")
@@ -470,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_ledger_export)
     p = lg.add_parser("proof", help="inclusion proof of PEER's update at HEIGHT, verifiable offline")
     p.add_argument("path")
-    p.add_argument("height", type=int)
+    p.add_argument("height", type=_int_in(0, INT63_MAX))
     p.add_argument("peer")
     p.add_argument("--out", help="file to write (default: stdout)")
     p.set_defaults(func=cmd_ledger_proof)
@@ -479,38 +608,85 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--genesis", required=True)
     vp.set_defaults(func=cmd_ledger_verify_proof)
     d = lg.add_parser("demo", help="build a signed multi-member demo chain in OUT/ledger and verify it")
-    d.add_argument("--out", default="results/ledger-demo")
-    d.add_argument("--members", type=int, default=10)
-    d.add_argument("--committee-size", type=int, default=4)
-    d.add_argument("--updates", type=int, default=6, help="signed updates per block")
-    d.add_argument("--blocks", type=int, default=200)
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--out", default="results/ledger-demo", help="results folder (new or empty; see --force)")
+    d.add_argument("--force", action="store_true",
+                   help="replace an earlier results folder at --out, once the new one is complete")
+    d.add_argument("--members", type=_int_in(1, MEMBERS_MAX), default=10)
+    d.add_argument("--committee-size", type=_int_in(1, MEMBERS_MAX), default=4, help="at most --members")
+    d.add_argument("--updates", type=_int_in(0, MEMBERS_MAX), default=6, help="signed updates per block (at most --members)")
+    d.add_argument("--blocks", type=_int_in(0, 1_000_000), default=200)
+    d.add_argument("--seed", type=_int_in(0, INT_MAX), default=0)
     d.set_defaults(func=cmd_ledger_demo)
 
     sm = sub.add_parser("sim", help="run local multi-node simulations").add_subparsers(dest="sub", required=True)
-    sr = sm.add_parser("run", help="run a scenario (default: scenarios/quickstart.toml) and write a results folder")
-    sr.add_argument("scenario", nargs="?", help="scenario TOML file")
-    sr.add_argument("--seed", type=int, help="override the scenario's seed")
-    sr.add_argument("--rounds", type=int, help="override the scenario's number of rounds")
-    sr.add_argument("--out", help="results folder (default: results/<scenario>-<timestamp>)")
+    sr = sm.add_parser("run", help="run a scenario (default: the bundled quickstart) and write a results folder",
+                       description="Run a scenario and write a results folder. SCENARIO is a TOML file or the name "
+                                   "of a scenario bundled with concilium (quickstart, coordinator_fedavg, "
+                                   "coordinator_corrupt, committee_crash, seed00X_..., full/...; an unknown name "
+                                   "lists them all).")
+    sr.add_argument("scenario", nargs="?", metavar="SCENARIO",
+                    help="scenario TOML file or bundled scenario name, e.g. quickstart (the default)")
+    sr.add_argument("--seed", type=_int_in(0, INT_MAX), help="override the scenario's seed")
+    sr.add_argument("--rounds", type=_int_in(1, ROUNDS_MAX), help="override the scenario's number of rounds")
+    sr.add_argument("--out", help="results folder, new or empty (default: results/<scenario>-<timestamp>)")
+    sr.add_argument("--force", action="store_true",
+                    help="replace an earlier results folder at --out, once the new run is complete")
     sr.add_argument("--quiet", action="store_true", help="no progress bar")
-    sr.add_argument("--workers", type=int, default=None,
+    sr.add_argument("--workers", type=_int_in(0, WORKERS_MAX), default=None,
                     help="forked processes that train beside the simulator (default: usable cores - 1, at most 3, "
                          "on Linux with CPU training; 0 = train in-process). The results do not depend on it.")
     sr.set_defaults(func=cmd_sim_run)
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _one_line(text: str) -> str:
+    """``text`` with control characters escaped (a file name may hold a newline): one line, always."""
+    return text.translate(_CONTROL)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
+
+
+def _fail(message: str) -> int:
+    print(f"concilium: error: {_one_line(message)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away (``| head``): exit quietly as a Unix filter does on SIGPIPE. Point fd 1
+    at /dev/null so the interpreter's last flush does not fail again at exit."""
     try:
-        return int(args.func(args))
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a real file descriptor (a test's captured stdout)
+    return EXIT_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, so that a closed pipe is seen now and not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except (CliError, NodeError, LedgerError) as e:
-        print(f"concilium: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(str(e))
+    except RecursionError:
+        return _fail("input nested too deeply")
+    except MemoryError:
+        return _fail("out of memory (the input asks for more than this machine has)")
+    except Terminated:
+        print("concilium: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("concilium: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from ledger._crypto import (
 )
 from ledger._encoding import decode, encode, freeze, record
 from ledger._errors import (
+    CorruptStoreError,
     BlobError,
     ChainError,
     DecodeError,
@@ -121,6 +122,7 @@ __all__ = [
     "SignatureError",
     "SignedMessage",
     "StoreError",
+    "CorruptStoreError",
     "Timeouts",
     "UpdateCommitment",
     "apply_block",

@@ -28,7 +28,7 @@ from ledger._chain import (
     update_sign_bytes,
 )
 from ledger._encoding import record
-from ledger._errors import ChainError, LedgerError
+from ledger._errors import ChainError, LedgerError, StoreError
 from ledger._merkle import inclusion_path, verify_inclusion
 from ledger._types import Block, BlockHeader, Certificate, Genesis, Payload, UpdateCommitment
 
@@ -74,7 +74,7 @@ def _signature_count(b: Block) -> int:
 
 def audit_chain(
     genesis: Genesis,
-    rows: Iterable[tuple[int, bytes] | tuple[int, bytes, bytes]],
+    rows: Iterable[tuple[int, bytes] | tuple[int, bytes, bytes] | tuple[int, bytes, bytes, bytes]],
     *,
     blobs: BlobSource | None = None,
     reexecutor: Reexecutor | None = None,
@@ -83,8 +83,10 @@ def audit_chain(
 ) -> AuditReport:
     """Verify every stored block in order.
 
-    ``rows`` yields ``(height, canonical block bytes)`` or ``(height, bytes, stored index hash)``;
-    an index hash that differs from the block's recomputed hash is reported too. ``blobs`` (optional)
+    ``rows`` yields ``(height, canonical block bytes)``, optionally followed by the store's index columns
+    ``hash`` and ``prev_hash`` (as :meth:`SqliteBlockStore.iter_rows` does); an index column that differs
+    from what the block bytes say is reported at that height, as ``show`` and ``export`` report it, so
+    every command names the same first bad height. ``blobs`` (optional)
     checks every referenced blob's digest. ``expect_height`` makes a chain shorter than expected fail
     (a truncated tail is otherwise indistinguishable from an older, valid chain).
     """
@@ -100,6 +102,8 @@ def audit_chain(
         except StopIteration:
             break
         except LedgerError as e:  # the store itself failed mid-way (e.g. a corrupted page)
+            if type(e) is StoreError:  # not the ledger's fault (an I/O error, a lock): no verdict on it
+                raise
             bad = (h, str(e))
             break
         height, data = row[0], row[1]
@@ -107,9 +111,12 @@ def audit_chain(
             if height != h:
                 raise ChainError(f"height {h}: missing (the next stored block is height {height})")
             block, digests = decode_block(data)
-            state = apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
-            if len(row) == 3 and row[2] != state.head_hash:  # type: ignore[misc]
+            after = apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+            if len(row) >= 3 and row[2] != after.head_hash:  # type: ignore[misc]
                 raise ChainError(f"height {h}: the store's hash index differs from the block's hash")
+            if len(row) >= 4 and row[3] != block.header.prev_hash:  # type: ignore[misc]
+                raise ChainError(f"height {h}: the store's prev_hash index differs from the block's prev_hash")
+            state = after  # the valid prefix grows only once the row is entirely good
         except LedgerError as e:
             msg = str(e)
             bad = (h, msg if msg.startswith(f"height {h}") else f"height {h}: {msg}")

@@ -143,6 +143,26 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack ext type {code} is not allowed")
 
 
+_SILENT_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (msgpack.exceptions.FormatError, "a reserved type byte (0xc1)"),
+    (msgpack.exceptions.StackError, f"nesting deeper than {DEPTH_MAX}"),
+    (msgpack.exceptions.OutOfData, "truncated input"),
+    (MemoryError, "a length beyond the memory available"),
+)
+"""Reasons for the errors that msgpack (or the interpreter) raises with an empty message."""
+
+
+def _reason(e: BaseException) -> str:
+    """What ``e`` says went wrong, never empty (a "malformed encoding" message always names a reason)."""
+    text = str(e)
+    if text:
+        return text
+    for kind, why in _SILENT_ERRORS:
+        if isinstance(e, kind):
+            return why
+    return type(e).__name__
+
+
 def freeze(value: Value) -> Value:
     """Make a decoded value immutable: tuples stay, maps become read-only mappings."""
     if type(value) is dict:
@@ -179,9 +199,9 @@ def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
         raise
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError, RecursionError, MemoryError) as e:
         # msgpack's ExtraData, FormatError, StackError and OutOfData all derive from ValueError.
-        raise DecodeError(f"malformed encoding: {e}") from None
+        raise DecodeError(f"malformed encoding: {_reason(e)}") from None
     except Exception as e:  # noqa: BLE001 - msgpack raises a few odd types on hostile input
-        raise DecodeError(f"malformed encoding: {type(e).__name__}: {e}") from None
+        raise DecodeError(f"malformed encoding: {type(e).__name__}" + (f": {e}" if str(e) else "")) from None
     if again != bytes(data):
         raise DecodeError("not in canonical form (key order, integer width, float width or duplicates)")
     return value

@@ -4,14 +4,19 @@ Hierarchy::
 
     NodeError                  base of node-layer errors on bad input (files, configuration)
     ├── KeyFileError           a key file that is missing, unreadable, of the wrong format or mode
-    └── ConfigFileError        a genesis/config file that is missing, not TOML, or fails validation
+    ├── ConfigFileError        a genesis/config file that is missing, not TOML, or fails validation
+    └── OutputPathError        an output file or folder that cannot be written as asked (exists, is a
+                               directory, under a file, unwritable, a symbolic link without --force)
 
-Both carry the offending path in their message. Ledger-level problems keep their ``ledger`` types.
+    Terminated                 (a KeyboardInterrupt) the process was asked to stop with SIGTERM and
+                               stopped cleanly; the command line exits 143 (128 + SIGTERM)
+
+Each carries the offending path in its message. Ledger-level problems keep their ``ledger`` types.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigFileError", "KeyFileError", "NodeError"]
+__all__ = ["ConfigFileError", "KeyFileError", "NodeError", "OutputPathError", "Terminated"]
 
 
 class NodeError(Exception):
@@ -24,3 +29,12 @@ class KeyFileError(NodeError):
 
 class ConfigFileError(NodeError):
     """A configuration or genesis file cannot be used."""
+
+
+class OutputPathError(NodeError):
+    """An output path cannot be written as asked; nothing was written."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM's clean stop: raised where Ctrl-C would raise ``KeyboardInterrupt`` (a long job stops between
+    two events, keeping everything it decided), so that the caller can tell the two apart."""

@@ -7,13 +7,22 @@ loosely typed TOML become frozen dataclasses here and nowhere else.
 
 Genesis files are TOML (``concilium genesis create`` writes them): :func:`load_genesis`,
 :func:`dump_genesis`, :func:`save_genesis`.
+
+Everything read here is bounded (file size, nesting depth, 64-bit integers, finite floats), so a hostile file
+gets a one-line :class:`ConfigFileError`, never a ``RecursionError`` or an overflow deep inside a consumer.
+:func:`write_file_atomic` is the one way the command line writes an output file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import ipaddress
+import math
 import os
+import re
+import secrets
+import stat
 import tomllib
 import types
 import typing
@@ -23,14 +32,39 @@ from typing import Any, TypeVar
 
 import tomli_w
 
-from ledger import Genesis, LedgerError
-from node._errors import ConfigFileError
+from ledger import Genesis, LedgerError, public_key_from_peer_id
+from node._errors import ConfigFileError, NodeError, OutputPathError
 
-__all__ = ["dump_genesis", "load_genesis", "load_toml", "record_from_toml", "record_to_toml", "save_genesis"]
+__all__ = [
+    "check_multiaddr",
+    "dump_genesis",
+    "load_genesis",
+    "load_toml",
+    "record_from_toml",
+    "record_to_toml",
+    "save_genesis",
+    "write_file_atomic",
+]
 
 T = TypeVar("T")
 
 CONFIG_BYTES_MAX = 16 << 20
+CONFIG_DEPTH_MAX = 32
+"""Nesting of tables and arrays in a config file (the schemas need 4; tomllib recurses per level)."""
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+"""The integers the canonical encoding carries (ledger/_encoding.py): anything wider is refused on load."""
+
+
+def _check_int(v: int, path: str) -> int:
+    if not INT_MIN <= v <= INT_MAX:
+        raise _PathError(path, f"an integer of {v.bit_length()} bits is out of the 64-bit range")
+    return v
+
+
+def _check_float(v: float, path: str) -> float:
+    if not math.isfinite(v):
+        raise _PathError(path, f"must be a finite number, got {v}")
+    return v
 
 
 class _PathError(Exception):
@@ -55,11 +89,11 @@ def _convert(tp: Any, v: Any, path: str) -> Any:
     if tp is int:
         if type(v) is not int:
             raise _PathError(path, f"expected an integer, got {type(v).__name__}")
-        return v
+        return _check_int(v, path)
     if tp is float:
         if type(v) not in (int, float):
             raise _PathError(path, f"expected a number, got {type(v).__name__}")
-        return float(v)
+        return _check_float(float(_check_int(v, path) if type(v) is int else v), path)
     if tp is str:
         if type(v) is not str:
             raise _PathError(path, f"expected a string, got {type(v).__name__}")
@@ -92,7 +126,7 @@ def _plain(v: Any, path: str) -> Any:
         return {k: _plain(x, f"{path}.{k}") for k, x in v.items()}
     if isinstance(v, list):
         return tuple(_plain(x, f"{path}[{i}]") for i, x in enumerate(v))
-    return v
+    return v  # integers and floats: the record's canonical encoding bounds them (64-bit, finite)
 
 
 def _record(cls: type, v: Any, path: str) -> Any:
@@ -141,25 +175,55 @@ def record_to_toml(obj: Any) -> dict[str, Any]:
 
 
 def load_toml(path: str | os.PathLike[str], *, what: str = "config") -> dict[str, Any]:
-    """Parse a TOML file with bounded size; errors name the file."""
+    """Parse a TOML file with bounded size and nesting; errors name the file.
+
+    Only a regular file is read (``/dev/zero`` or a FIFO would never end), at most ``CONFIG_BYTES_MAX``
+    bytes; tomllib recurses once per nesting level, so a deeply nested file is refused, not a crash."""
     p = Path(path)
+    if not str(path):
+        raise ConfigFileError(f"'': no {what} file named (empty path)")
     try:
-        if p.is_dir():
+        st = p.stat()
+        if stat.S_ISDIR(st.st_mode):
             raise ConfigFileError(f"{p}: is a directory, expected a {what} file")
-        size = p.stat().st_size
-        if size > CONFIG_BYTES_MAX:
-            raise ConfigFileError(f"{p}: {size} bytes is too large for a {what} file")
-        raw = p.read_bytes()
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigFileError(f"{p}: not a regular file, expected a {what} file")
+        if st.st_size > CONFIG_BYTES_MAX:
+            raise ConfigFileError(f"{p}: {st.st_size} bytes is too large for a {what} file")
+        with open(p, "rb") as f:
+            raw = f.read(CONFIG_BYTES_MAX + 1)
     except FileNotFoundError:
         raise ConfigFileError(f"{p}: no such {what} file") from None
     except OSError as e:
         raise ConfigFileError(f"{p}: cannot read: {e.strerror}") from None
+    except ValueError:  # a NUL byte in the name
+        raise ConfigFileError(f"{str(path)!r}: not a valid file name") from None
+    if len(raw) > CONFIG_BYTES_MAX:
+        raise ConfigFileError(f"{p}: too large for a {what} file")
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigFileError(f"{p}: not a TOML {what} file (not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigFileError(f"{p}: not a valid TOML {what} file: {e}") from None
+    except (RecursionError, ValueError):  # ValueError: an integer literal longer than Python converts
+        raise ConfigFileError(f"{p}: not a valid TOML {what} file (nested too deeply or a value too long)") from None
+    if _depth(data) > CONFIG_DEPTH_MAX:
+        raise ConfigFileError(f"{p}: tables and arrays nested more than {CONFIG_DEPTH_MAX} levels deep")
+    return data
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of tables and arrays, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return deepest
 
 
 def load_genesis(path: str | os.PathLike[str]) -> Genesis:
@@ -173,7 +237,67 @@ def load_genesis(path: str | os.PathLike[str]) -> Genesis:
             raise ConfigFileError(f"{path}: duplicate member {dupes[0]}")
         if all(isinstance(i, str) for i in ids):
             data["members"] = sorted(members, key=lambda m: m["peer_id"])
-    return record_from_toml(Genesis, data, source=str(path))
+    genesis = record_from_toml(Genesis, data, source=str(path))
+    for i, m in enumerate(genesis.members):
+        for j, a in enumerate(m.addrs):
+            try:
+                check_multiaddr(a, peer_id=m.peer_id)
+            except ValueError as e:
+                raise ConfigFileError(f"{path}: members[{i}].addrs[{j}]: {e}") from None
+    return genesis
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_PORT = re.compile(r"^[0-9]{1,5}$")
+
+
+def check_multiaddr(addr: str, *, peer_id: str | None = None) -> None:
+    """Raise ``ValueError`` unless ``addr`` is a dialable peer address:
+    ``/ip4|ip6|dns|dns4|dns6/<host>/tcp|udp/<port>`` then optionally ``/quic-v1`` (udp), ``/ws`` or ``/wss``
+    (tcp), and ``/p2p/<peer id>``, which must be the member's own ``peer_id`` when given.
+
+    Parsed here (not in ``ledger``, which stores addresses as opaque text); where py-libp2p's ``multiaddr``
+    package is installed it must accept the address too, so the runtime can dial what a genesis holds."""
+    parts = addr.split("/")
+    if len(parts) < 5 or parts[0] != "":
+        raise ValueError(f"{addr!r:.80} is not a multiaddr /ip4|ip6|dns|dns4|dns6/HOST/tcp|udp/PORT[/p2p/ID]")
+    proto, host, transport, port, *rest = parts[1:]
+    if proto == "ip4" or proto == "ip6":
+        try:
+            (ipaddress.IPv4Address if proto == "ip4" else ipaddress.IPv6Address)(host)
+        except ValueError:
+            raise ValueError(f"{addr!r:.80}: {host!r:.60} is not an IPv{proto[2]} address") from None
+    elif proto in ("dns", "dns4", "dns6"):
+        labels = host.rstrip(".").split(".")
+        if len(host) > 253 or not all(_HOST_LABEL.match(x) for x in labels):
+            raise ValueError(f"{addr!r:.80}: {host!r:.60} is not a DNS name")
+    else:
+        raise ValueError(f"{addr!r:.80}: starts with /{proto:.20}, expected /ip4, /ip6, /dns, /dns4 or /dns6")
+    if transport not in ("tcp", "udp"):
+        raise ValueError(f"{addr!r:.80}: /{transport:.20} after the host, expected /tcp or /udp")
+    if not _PORT.match(port) or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{addr!r:.80}: port {port!r:.20} is not in [1, 65535]")
+    if rest[:1] in (["quic-v1"], ["ws"], ["wss"]):
+        if (rest[0] == "quic-v1") != (transport == "udp"):
+            raise ValueError(f"{addr!r:.80}: /{rest[0]} does not go over /{transport}")
+        rest = rest[1:]
+    if rest:
+        if len(rest) != 2 or rest[0] != "p2p":
+            raise ValueError(f"{addr!r:.80}: unexpected /{'/'.join(rest):.40} (only /p2p/<peer id> may follow)")
+        try:
+            public_key_from_peer_id(rest[1])
+        except LedgerError as e:
+            raise ValueError(f"{addr!r:.80}: /p2p/{rest[1]:.60}: {e}") from None
+        if peer_id is not None and rest[1] != peer_id:
+            raise ValueError(f"{addr!r:.80}: /p2p/ names another peer than this member ({peer_id})")
+    try:
+        from multiaddr import Multiaddr  # noqa: PLC0415 (py-libp2p's; the net extra)
+    except ImportError:
+        return
+    try:
+        Multiaddr(addr)
+    except Exception as e:  # noqa: BLE001 - the package raises several types, all "not a multiaddr"
+        raise ValueError(f"{addr!r:.80}: not a multiaddr ({str(e).splitlines()[0][:100]})") from None
 
 
 def dump_genesis(genesis: Genesis) -> str:
@@ -186,11 +310,114 @@ def dump_genesis(genesis: Genesis) -> str:
 
 
 def save_genesis(genesis: Genesis, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-    """Write the genesis TOML atomically."""
-    p = Path(path)
-    if p.exists() and not overwrite:
-        raise ConfigFileError(f"{p}: already exists (refusing to overwrite)")
-    text = dump_genesis(genesis)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
+    """Write the genesis TOML atomically (:func:`write_file_atomic`)."""
+    write_file_atomic(path, dump_genesis(genesis).encode(), overwrite=overwrite, error=ConfigFileError)
+
+
+def write_file_atomic(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    overwrite: bool,
+    replace_link: bool | None = None,
+    mode: int = 0o644,
+    error: type[NodeError] = OutputPathError,
+) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it (fsync, rename, directory fsync), so a
+    reader sees the old file or the new one, never a part of one.
+
+    Refused with one ``error`` line naming the path, before anything is written: an empty name or one with a
+    NUL byte, a directory (also with ``overwrite``), an existing file unless ``overwrite``, an existing
+    symbolic link unless ``replace_link`` (default: ``overwrite``; the link itself is then replaced, never
+    written through), a parent that is missing or not a directory. A write that fails (unwritable place,
+    full disk) raises the same way and leaves no temporary file behind.
+    """
+    if replace_link is None:
+        replace_link = overwrite
+    p = output_path(path, "file", error=error)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise error(f"{p}: {_non_dir_ancestor(p)} is not a directory") from None
+    except OSError as e:
+        raise error(f"{p}: cannot write: {e.strerror}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{p}: is a directory")
+        if stat.S_ISLNK(st.st_mode) and not replace_link:
+            hint = "use --force to replace it" if not overwrite else "not replaced: write to the file itself"
+            raise error(f"{p}: already exists (a symbolic link; {hint})")
+        if not overwrite:
+            raise error(f"{p}: already exists (a file; use --force to replace it)")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise error(f"{p}: exists and is not a regular file")
+    parent = p.parent
+    try:
+        if not stat.S_ISDIR(os.stat(parent).st_mode):
+            raise error(f"{p}: {parent} is not a directory")
+    except FileNotFoundError:
+        raise error(f"{p}: directory {parent} does not exist") from None
+    except NotADirectoryError:
+        raise error(f"{p}: {_non_dir_ancestor(parent)} is not a directory") from None
+    except OSError as e:
+        raise error(f"{p}: cannot write: {e.strerror}") from None
+    tmp = parent / f".{p.name[:200]}.tmp-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        raise error(f"{p}: cannot write: {e.strerror}") from None
+    try:
+        try:
+            if not mode & 0o077:  # a private file (a key): exactly ``mode``, whatever the umask
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, p)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise error(f"{p}: cannot write: {e.strerror}") from None
+    _fsync_dir(parent)
+
+
+def output_path(path: str | os.PathLike[str], what: str, *, error: type[NodeError] = OutputPathError) -> Path:
+    """``path`` as a :class:`Path`, refused with one ``error`` line if it is empty or holds a NUL byte (which
+    ``Path`` would take and the OS refuse later, after other things were written)."""
+    name = os.fspath(path)
+    if not name:
+        raise error(f"'': empty {what} name")
+    if "\0" in name:
+        raise error(f"{name!r}: not a valid {what} name (NUL byte)")
+    return Path(name)
+
+
+def _non_dir_ancestor(p: Path) -> Path:
+    """The nearest ancestor of ``p`` that exists and is not a directory (for ``ENOTDIR`` messages)."""
+    for a in reversed(p.parents):
+        try:
+            if not stat.S_ISDIR(os.stat(a).st_mode):
+                return a
+        except OSError:
+            break
+    return p.parent
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ledger import KeyPair
 from node._errors import KeyFileError
+from node.config import write_file_atomic
 
 __all__ = ["KEY_FILE_BYTES", "generate_key", "load_key", "save_key"]
 
@@ -28,32 +29,26 @@ def generate_key() -> KeyPair:
 
 
 def save_key(key: KeyPair, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
-    """Write ``key`` to ``path`` with mode 0600, atomically; refuses to overwrite unless told to."""
-    p = Path(path)
-    if p.exists() and not overwrite:
-        raise KeyFileError(f"{p}: already exists (refusing to overwrite a key)")
-    if not p.parent.is_dir():
-        raise KeyFileError(f"{p}: directory {p.parent} does not exist")
-    tmp = p.with_name(f".{p.name}.tmp-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, _PREFIX + key.seed)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, p)
+    """Write ``key`` to ``path`` with mode 0600, atomically; refuses to overwrite unless told to.
+
+    An existing symbolic link counts as an existing file: without ``overwrite`` it is refused, with it the
+    link itself is replaced; a key is never written through a link to wherever it points."""
+    write_file_atomic(path, _PREFIX + key.seed, overwrite=overwrite, mode=0o600, error=KeyFileError)
 
 
 def load_key(path: str | os.PathLike[str]) -> KeyPair:
     """Read a key file; raises :class:`KeyFileError` naming the file and the problem."""
     p = Path(path)
+    if not os.fspath(path):
+        raise KeyFileError("'': no key file named (empty path)")
     try:
         st = p.stat()
     except FileNotFoundError:
         raise KeyFileError(f"{p}: no such key file") from None
     except OSError as e:
         raise KeyFileError(f"{p}: cannot read key file: {e.strerror}") from None
+    except ValueError:  # a NUL byte in the name
+        raise KeyFileError(f"{os.fspath(path)!r}: not a valid file name") from None
     if not stat.S_ISREG(st.st_mode):
         raise KeyFileError(f"{p}: not a regular file")
     if st.st_size != KEY_FILE_BYTES:

@@ -9,7 +9,7 @@ from sim._engine import LivenessError, RoundMetrics, SimResult, Simulation
 from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
 from sim._rng import RngTree
 from sim._run import public_eval_for_ledger, run_scenario, verify_ledger, write_results
-from sim._scenario import Scenario, default_scenario_path, load_scenario
+from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
 
 __all__ = [
     "LedgerDemo",
@@ -19,10 +19,12 @@ __all__ = [
     "Scenario",
     "SimResult",
     "Simulation",
+    "bundled_scenario_names",
     "default_scenario_path",
     "demo_genesis",
     "load_scenario",
     "public_eval_for_ledger",
+    "resolve_scenario",
     "run_scenario",
     "tensor_blob",
     "verify_ledger",

@@ -8,17 +8,25 @@
     ``summary.json``     final figures, traffic, verification verdict, how to reproduce
     ``accuracy.png``     test accuracy per round
     ``acceptance.png``   how often each client's update was accepted (Byzantine clients in red)
+
+A run that fails on its input leaves nothing behind (:func:`results_folder`); ``force`` replaces an earlier
+results folder only once the new one is complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import math
 import os
+import secrets
 import shutil
+import stat
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +34,20 @@ import tomli_w
 
 from ledger import LedgerError, audit_chain
 from ledger.store import open_ledger
-from node.config import dump_genesis
+from node._errors import ConfigFileError, NodeError, OutputPathError
+from node.config import dump_genesis, output_path
 from learning._attacks import parse_data_attack
 from learning._errors import LearningError
 from learning._strategies import PublicEval
 from node.reexec import reexecutor_for
-from sim._engine import RoundMetrics, Simulation, SimResult
-from sim._scenario import Scenario, load_scenario
+from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
+from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
 
 __all__ = [
     "has_backdoor",
     "metric_columns",
     "public_eval_for_ledger",
+    "results_folder",
     "run_scenario",
     "verify_ledger",
     "write_results",
@@ -92,8 +102,11 @@ def metric_columns(scenario: Scenario) -> list[str]:
     return names if has_backdoor(scenario) else [n for n in names if n != "asr"]
 
 
-def write_results(out: Path, scenario: Scenario, res: SimResult, verdict: str, verified: bool) -> dict[str, Any]:
-    """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary."""
+def write_results(
+    out: Path, scenario: Scenario, res: SimResult, verdict: str, verified: bool, *, shown_as: Path | None = None
+) -> dict[str, Any]:
+    """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary.
+    ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``."""
     columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -123,8 +136,8 @@ def write_results(out: Path, scenario: Scenario, res: SimResult, verdict: str, v
         "wall_seconds": round(res.wall_seconds, 3),
         "ledger_verified": verified,
         "ledger_verdict": verdict,
-        "reproduce": f"concilium sim run {out / 'scenario.toml'}",
-        "verify": f"concilium ledger verify {out / 'ledger'}",
+        "reproduce": f"concilium sim run {(shown_as or out) / 'scenario.toml'}",
+        "verify": f"concilium ledger verify {(shown_as or out) / 'ledger'}",
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
@@ -158,7 +171,7 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
         store, _ = open_ledger(path, readonly=True, check_index=False)
         with store:
             same = store.genesis().hash() == sim.genesis.hash()
-    except (ValueError, OSError, LedgerError, LearningError):
+    except (ValueError, OSError, LedgerError, LearningError, NodeError):  # e.g. a scenario.toml of older, looser rules
         return None
     return sim.public_eval if same else None
 
@@ -180,42 +193,209 @@ def verify_ledger(path: Path, *, public: PublicEval | None = None) -> tuple[bool
 def run_scenario(
     path: str | os.PathLike[str],
     *,
-    out: Path,
+    out: str | os.PathLike[str],
     seed: int | None = None,
     rounds: int | None = None,
     progress: bool = True,
     workers: int | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Run the scenario at ``path`` into the new results folder ``out``; return the summary. ``workers``:
-    training processes beside the simulator (None = ``sim._workers.default_workers``); never changes results."""
+    """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
+    results folder is replaced once the new one is complete); return the summary. ``workers``: training
+    processes beside the simulator (None = ``sim._workers.default_workers``); never changes results.
+
+    Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
+    nothing behind; so does a run whose local training diverges until no block can be committed."""
     scenario = load_scenario(path, seed=seed, rounds=rounds)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out}: already exists and is not empty")
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    _check_device(scenario.training.device, path)
+    with results_folder(out, force=force) as build:
+        try:
+            sim = Simulation(scenario, ledger_dir=build / "ledger", on_round=None, workers=workers)
+        except ValueError as e:  # a configuration the loader could not judge without the data
+            raise ConfigFileError(f"{path}: {e}") from None
+        except (MemoryError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "allocat" not in str(e):
+                raise
+            raise ConfigFileError(f"{path}: does not fit in memory ({str(e).splitlines()[0][:160]})") from None
+        check_model_fits(sim, path)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=scenario.rounds, desc=scenario.name, unit="round", file=sys.stderr)
+
+        def on_round(m: RoundMetrics) -> None:
+            if bar is not None:
+                acc = "" if math.isnan(m.accuracy) else f"acc {m.accuracy:.3f} "
+                bar.set_postfix_str(f"round {m.fl_round} {acc}committee {m.committee} byz-acc {m.byzantine_accepted}")
+                bar.update(1)
+
+        sim._on_round = on_round
+        try:
+            res = sim.run()
+        except LivenessError:
+            if sim.diverged_jobs:  # nothing finite to aggregate: the configuration, not the network
+                raise ConfigFileError(
+                    f"{path}: local training diverged to non-finite values ({sim.diverged_jobs} jobs) and no block "
+                    f"could be committed after height {len(sim.metrics)}: lower training.lr ({scenario.training.lr})"
+                ) from None
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        verified, verdict = verify_ledger(build / "ledger", public=sim.public_eval)
+        return write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)))
+
+
+def _check_device(device: str, source: str | os.PathLike[str]) -> None:
+    """The scenario's training device exists on this machine (a local matter: checked when a run starts, not
+    when a scenario loads, so a GPU run's results folder still audits on a CPU-only machine)."""
+    if device == "cpu":
+        return
+    import torch  # noqa: PLC0415
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available():
+        raise ConfigFileError(f"{source}: training.device = {device!r} but CUDA is not available here (use \"cpu\")")
+    if index >= torch.cuda.device_count():
+        raise ConfigFileError(f"{source}: training.device = {device!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_model_fits(sim: Simulation, source: str | os.PathLike[str]) -> None:
+    """Before any training: the model takes the dataset's inputs and has a logit for every class, token ids fit
+    its embedding, and a job's activations and minibatch indices fit ``MEMORY_BYTES_MAX``. One forward pass of
+    one test sample; a mismatch would otherwise surface as a torch error in the middle of the run."""
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+
+    sc, module, test = sim.sc, sim.trainer.module, sim.test
+    where = f"{source}: model {sc.model.name!r} on dataset {sc.data.dataset!r}"
+    sizes: list[int] = []
+
+    def count(_m: Any, _inp: Any, out: Any) -> None:
+        outs = out if isinstance(out, tuple) else (out,)
+        sizes.append(sum(o.numel() for o in outs if isinstance(o, torch.Tensor)))
+
+    embedding = next((m for m in module.modules() if isinstance(m, nn.Embedding)), None)
+    if embedding is not None and not test.x.is_floating_point():
+        top = max(int(d.x.max()) for d in (test, *sim.client_data) if len(d))
+        if top >= embedding.num_embeddings:
+            raise ConfigFileError(f"{where}: token id {top} but the embedding has {embedding.num_embeddings} rows")
+    hooks = [m.register_forward_hook(count) for m in module.modules()]
+    training = module.training
     try:
-        sim = Simulation(scenario, ledger_dir=out / "ledger", on_round=None, workers=workers)
-    except BaseException:
-        if created:  # bad configuration: leave nothing behind
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=scenario.rounds, desc=scenario.name, unit="round", file=sys.stderr)
-
-    def on_round(m: RoundMetrics) -> None:
-        if bar is not None:
-            acc = "" if math.isnan(m.accuracy) else f"acc {m.accuracy:.3f} "
-            bar.set_postfix_str(f"round {m.fl_round} {acc}committee {m.committee} byz-acc {m.byzantine_accepted}")
-            bar.update(1)
-
-    sim._on_round = on_round
-    try:
-        res = sim.run()
+        module.eval()
+        with torch.no_grad():
+            logits = module(test.x[:1])
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        shape = tuple(test.x.shape[1:])
+        raise ConfigFileError(f"{where}: the model does not take inputs of shape {shape} ({str(e).splitlines()[0][:160]})") from None
     finally:
-        if bar is not None:
-            bar.close()
-    verified, verdict = verify_ledger(out / "ledger", public=sim.public_eval)
-    return write_results(out, scenario, res, verdict, verified)
+        for h in hooks:
+            h.remove()
+        module.train(training)
+    if logits.dim() != 2 or logits.shape[1] < test.num_classes:
+        raise ConfigFileError(f"{where}: the model outputs {tuple(logits.shape[1:])} logits for {test.num_classes} classes")
+    tr = sc.training
+    # forward activations, their gradients and the optimizer's temporaries: about 3 float32 copies per sample
+    activations = 12 * sum(sizes) * tr.batch_size
+    largest = max((len(d) for d in sim.client_data), default=0)
+    indices = 8 * (tr.epochs * largest if tr.epochs else tr.steps * tr.batch_size)
+    for what, need in (("activations of one minibatch", activations), ("minibatch indices of one job", indices)):
+        if need > MEMORY_BYTES_MAX:
+            raise ConfigFileError(
+                f"{where}: the {what} need about {need / 2**30:.0f} GiB, more than {MEMORY_BYTES_MAX >> 30} GiB "
+                "(lower training.batch_size, steps or epochs)"
+            )
+
+
+@contextlib.contextmanager
+def results_folder(out: str | os.PathLike[str], *, force: bool = False) -> Iterator[Path]:
+    """The folder to build results in; they are at ``out`` when the block ends without an exception.
+
+    A new or empty ``out`` is built in place, so a run stopped with Ctrl-C keeps the blocks it decided and a
+    killed one leaves its ledger's valid prefix; any other failure removes what was built (and the parent
+    folders made for it). Refused before anything is written (:class:`OutputPathError`): an empty name, a
+    symbolic link, a file, a path under a file, an unwritable place, and a non-empty folder unless ``force``.
+    With ``force``, only an earlier results folder (holding ``ledger/`` or ``summary.json``) is replaced: the
+    new one is built beside it and swapped in by two renames once complete, so ``out`` holds the old results
+    or the new ones, never a part; a failure, Ctrl-C included, leaves the old one as it was.
+    """
+    out = output_path(out, "folder")
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputPathError(f"{out}: {e.strerror}" + (" (a parent is not a folder)" if isinstance(e, NotADirectoryError) else "")) from None
+    replace = False
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise OutputPathError(f"{out}: is a symbolic link (give the results folder itself)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise OutputPathError(f"{out}: exists and is not a folder")
+        if any(out.iterdir()):
+            if not force:
+                raise OutputPathError(f"{out}: already exists and is not empty (use --force to replace it)")
+            if not ((out / "ledger").is_dir() or (out / "summary.json").is_file()):
+                raise OutputPathError(f"{out}: not a results folder (no ledger/ or summary.json); --force replaces only those")
+            if os.path.ismount(out):
+                raise OutputPathError(f"{out}: is a mount point; --force cannot replace it (use a folder inside it)")
+            replace = True
+    made: list[Path] = []  # folders created here, outermost first
+    try:
+        if replace:
+            build = Path(tempfile.mkdtemp(prefix=f".{out.name[:100]}.tmp-", dir=out.parent))
+            os.chmod(build, stat.S_IMODE(st.st_mode))  # mkdtemp makes 0700: keep the folder's own mode
+        elif st is None:
+            missing = [out, *(p for p in out.parents if not p.exists())]
+            for d in reversed(missing):
+                d.mkdir()
+                made.append(d)
+            build = out
+        else:  # an empty folder: is it writable?
+            build = out
+            probe = out / f".probe-{secrets.token_hex(4)}"
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
+    except OSError as e:
+        _remove(made)
+        raise OutputPathError(f"{out}: cannot create the results folder: {e.strerror}") from None
+    try:
+        yield build
+    except KeyboardInterrupt:
+        if replace:
+            shutil.rmtree(build, ignore_errors=True)
+        raise
+    except BaseException:
+        if replace:
+            shutil.rmtree(build, ignore_errors=True)
+        elif made:
+            _remove(made)
+        else:  # the folder was empty: empty it again
+            for child in list(build.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        raise
+    if replace:
+        old = out.parent / f".{out.name[:100]}.old-{secrets.token_hex(4)}"
+        try:
+            os.rename(out, old)
+        except OSError as e:
+            shutil.rmtree(build, ignore_errors=True)
+            raise OutputPathError(f"{out}: cannot replace it: {e.strerror}") from None
+        try:
+            os.rename(build, out)
+        except OSError as e:
+            os.rename(old, out)
+            shutil.rmtree(build, ignore_errors=True)
+            raise OutputPathError(f"{out}: cannot replace it: {e.strerror}") from None
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove(made: list[Path]) -> None:
+    """Remove the folders this run made (``made``: outermost first) with everything in them."""
+    if made:
+        shutil.rmtree(made[0], ignore_errors=True)

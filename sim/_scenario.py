@@ -47,13 +47,15 @@ Everything is validated here, at the config boundary; the engine only sees typed
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ledger._types import MODES, QUORUM_RULES
+from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
+from node._errors import ConfigFileError
 from node.config import load_toml, record_from_toml
 
 __all__ = [
@@ -68,11 +70,35 @@ __all__ = [
     "ProtocolSection",
     "Scenario",
     "TrainingSection",
+    "bundled_scenario_names",
     "default_scenario_path",
     "load_scenario",
+    "resolve_scenario",
 ]
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
+
+# Bounds, so that a scenario that loads also runs: a value past them would allocate terabytes, never end, or
+# overflow inside the simulator or torch (issue 13). Far above every scenario of scenarios/ and the papers.
+ROUNDS_MAX = 1_000_000
+STEPS_MAX = 100_000
+EPOCHS_MAX = 10_000
+BATCH_SIZE_MAX = 1 << 20
+BATCH_INDICES_MAX = 1 << 27
+"""``steps × batch_size``: the minibatch indices a job draws up front (int64: 1 GiB)."""
+LR_MAX = 1e6
+DURATION_MS_MAX = 1e9
+"""Any duration or delay, in ms (11.6 days of virtual time)."""
+BANDWIDTH_MBPS_MIN, BANDWIDTH_MBPS_MAX = 1e-3, 1e9
+SPREAD_MAX = 1e6
+MODEL_PARAMETERS_MAX = 1 << 28
+MEMORY_BYTES_MAX = 1 << 35
+"""32 GiB: a simulation whose estimate (model copies, activations, minibatch indices) exceeds it is refused."""
+MODEL_COPIES_EXTRA = 8
+"""The estimate counts one float32 model per member plus this many (global, aggregate, buffers)."""
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_DEVICE = re.compile(r"^(cpu|cuda(:[0-9]{1,2})?)$")
+_MEMBER_TARGET = re.compile(r"^member:(0|[1-9][0-9]{0,5})$")
 
 
 def _empty() -> Mapping[str, Any]:
@@ -82,6 +108,11 @@ def _empty() -> Mapping[str, Any]:
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)
+
+
+def _check_ms(name: str, v: float, *, unset: float | None = None) -> None:
+    """A duration in ms: finite (the loader refuses inf/nan), in ``[0, DURATION_MS_MAX]`` (or ``unset``)."""
+    _check(v == unset or 0.0 <= v <= DURATION_MS_MAX, f"{name} must be in [0, {DURATION_MS_MAX:.0e}] ms, got {v}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +132,18 @@ class ProtocolSection:
     def __post_init__(self) -> None:
         _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}")
         _check(self.quorum in QUORUM_RULES, f"quorum must be one of {', '.join(QUORUM_RULES)}")
-        _check(self.committee_size >= 1, "committee_size must be >= 1")
+        _check(1 <= self.committee_size <= MEMBERS_MAX, f"committee_size must be in [1, {MEMBERS_MAX}]")
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
+        from ledger import Timeouts  # noqa: PLC0415
+
+        Timeouts(  # the genesis checks the same fields: fail when the file loads, not when the run starts
+            tick_ms=self.tick_ms,
+            timeout_ticks_train=self.timeout_ticks_train,
+            timeout_ticks_propose=self.timeout_ticks_propose,
+            timeout_ticks_prepare=self.timeout_ticks_prepare,
+            timeout_ticks_commit=self.timeout_ticks_commit,
+            timeout_ticks_view_change=self.timeout_ticks_view_change,
+        )
         if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
             from node._rounds import sampling_seed_of  # noqa: PLC0415
 
@@ -122,7 +163,7 @@ class DataSection:
 
     def __post_init__(self) -> None:
         _check(0.0 < self.test_fraction < 1.0, "test_fraction must be in (0, 1)")
-        _check(self.public_size >= 0, "public_size must be >= 0")
+        _check(0 <= self.public_size <= 1 << 31, "public_size must be in [0, 2**31]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,11 +191,18 @@ class TrainingSection:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 1, "steps must be >= 1")
-        _check(self.epochs >= 0, "epochs must be >= 0")
-        _check(self.batch_size >= 1, "batch_size must be >= 1")
-        _check(self.lr > 0, "lr must be > 0")
-        _check(self.prox_mu >= 0, "prox_mu must be >= 0")
+        _check(1 <= self.steps <= STEPS_MAX, f"steps must be in [1, {STEPS_MAX}]")
+        _check(0 <= self.epochs <= EPOCHS_MAX, f"epochs must be in [0, {EPOCHS_MAX}]")
+        _check(1 <= self.batch_size <= BATCH_SIZE_MAX, f"batch_size must be in [1, {BATCH_SIZE_MAX}]")
+        _check(
+            self.epochs > 0 or self.steps * self.batch_size <= BATCH_INDICES_MAX,
+            f"steps × batch_size = {self.steps * self.batch_size} exceeds {BATCH_INDICES_MAX} samples per local job",
+        )
+        # lr is a float32 in torch's SGD: past ~3.4e38 it overflows; far below, training only diverges
+        _check(0 < self.lr <= LR_MAX, f"lr must be in (0, {LR_MAX:.0e}], got {self.lr}")
+        _check(0 <= self.prox_mu <= LR_MAX, f"prox_mu must be in [0, {LR_MAX:.0e}]")
+        _check(0 <= self.weight_decay <= LR_MAX, f"weight_decay must be in [0, {LR_MAX:.0e}]")
+        _check(bool(_DEVICE.match(self.device)), f"device must be cpu, cuda or cuda:N, got {self.device!r:.40}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,8 +218,11 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         _check(self.a >= 0 and self.b >= 0 and self.a != self.b, "a link joins two different members a, b >= 0")
-        _check(self.latency_ms == -1.0 or self.latency_ms >= 0, "link latency_ms must be >= 0")
-        _check(self.bandwidth_mbps == -1.0 or self.bandwidth_mbps > 0, "link bandwidth_mbps must be > 0")
+        _check_ms("link latency_ms", self.latency_ms, unset=-1.0)
+        _check(
+            self.bandwidth_mbps == -1.0 or BANDWIDTH_MBPS_MIN <= self.bandwidth_mbps <= BANDWIDTH_MBPS_MAX,
+            f"link bandwidth_mbps must be in [{BANDWIDTH_MBPS_MIN}, {BANDWIDTH_MBPS_MAX:.0e}]",
+        )
         _check(self.drop == -1.0 or 0.0 <= self.drop <= 1.0, "link drop must be in [0, 1]")
 
 
@@ -193,7 +244,7 @@ class PartitionConfig:
         _check(all(i >= 0 for i in flat) and len(set(flat)) == len(flat), "partition groups are disjoint member indices")
         _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.heal_round == 0 or self.heal_round > self.from_round, "heal_round must be after from_round")
-        _check(self.duration_ms >= 0, "duration_ms must be >= 0")
+        _check_ms("duration_ms", self.duration_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,12 +270,15 @@ class NetworkConfig:
     partitions: tuple[PartitionConfig, ...] = ()
 
     def __post_init__(self) -> None:
-        _check(self.latency_spread >= 0 and self.bandwidth_spread >= 0, "spreads must be >= 0")
+        _check(0 <= self.latency_spread <= SPREAD_MAX and 0 <= self.bandwidth_spread <= SPREAD_MAX,
+               f"spreads must be in [0, {SPREAD_MAX:.0e}]")
         for name in ("drop", "duplicate", "reorder"):
             v = getattr(self, name)
             _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
-        _check(self.latency_ms >= 0 and self.jitter_ms >= 0 and self.reorder_ms >= 0, "delays must be >= 0")
-        _check(self.bandwidth_mbps > 0, "bandwidth_mbps must be > 0")
+        for name in ("latency_ms", "jitter_ms", "reorder_ms"):
+            _check_ms(name, getattr(self, name))
+        _check(BANDWIDTH_MBPS_MIN <= self.bandwidth_mbps <= BANDWIDTH_MBPS_MAX,
+               f"bandwidth_mbps must be in [{BANDWIDTH_MBPS_MIN}, {BANDWIDTH_MBPS_MAX:.0e}]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,8 +297,9 @@ class ComputeConfig:
     round_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        _check(self.train_ms >= 0 and self.speed_spread >= 0 and self.straggler_ms >= 0, "durations must be >= 0")
-        _check(self.round_ms >= 0, "round_ms must be >= 0")
+        for name in ("train_ms", "straggler_ms", "round_ms"):
+            _check_ms(name, getattr(self, name))
+        _check(0 <= self.speed_spread <= SPREAD_MAX, f"speed_spread must be in [0, {SPREAD_MAX:.0e}]")
         _check(self.stragglers >= 0, "stragglers must be >= 0")
 
 
@@ -264,12 +319,11 @@ class FaultConfig:
 
     def __post_init__(self) -> None:
         _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
-        ok = self.target in ("coordinator", "committee") or (
-            self.target.startswith("member:") and self.target[7:].isdigit()
-        )
+        ok = self.target in ("coordinator", "committee") or bool(_MEMBER_TARGET.match(self.target))
         _check(ok, "target must be coordinator, committee or member:I")
         _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.kind != "delay" or self.delay_ms > 0, "a delay fault needs delay_ms > 0")
+        _check_ms("delay_ms", self.delay_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,16 +372,92 @@ class Scenario:
     adversary: AdversaryConfig = field(default_factory=AdversaryConfig)
 
     def __post_init__(self) -> None:
+        for where, table in (
+            ("protocol.params", self.protocol.params),
+            ("data.params", self.data.params),
+            ("data.partition_params", self.data.partition_params),
+            ("model.params", self.model.params),
+            ("training.schedule_params", self.training.schedule_params),
+        ):
+            _check_canonical(where, table)
+        # the name goes into the chain id (sim-<name>-<seed>) and the node keys
+        _check(bool(_NAME.match(self.name)), f"name must be 1-64 characters of [A-Za-z0-9._-] starting alphanumeric, got {self.name!r:.80}")
         _check(self.seed >= 0, "seed must be >= 0")
-        _check(self.rounds >= 1, "rounds must be >= 1")
-        _check(self.members >= 1, "members must be >= 1")
+        _check(1 <= self.rounds <= ROUNDS_MAX, f"rounds must be in [1, {ROUNDS_MAX}]")
+        _check(1 <= self.members <= MEMBERS_MAX, f"members must be in [1, {MEMBERS_MAX}]")
         _check(self.eval_every >= 1, "eval_every must be >= 1")
         _check(self.protocol.committee_size <= self.members, "committee_size exceeds members")
         _check(
             self.adversary.byzantine <= self.members - self.protocol.committee_size,
             "more Byzantine clients than members outside the genesis committee",
         )
+        n = self.members
+        for i, f in enumerate(self.adversary.faults):
+            if f.target.startswith("member:"):
+                _check(int(f.target[7:]) < n, f"adversary.faults[{i}]: target {f.target} does not exist ({n} members: 0 to {n - 1})")
+        for i, link in enumerate(self.network.links):
+            _check(max(link.a, link.b) < n, f"network.links[{i}]: member {max(link.a, link.b)} does not exist ({n} members)")
+        for i, part in enumerate(self.network.partitions):
+            named = max((m for g in part.groups for m in g), default=0)
+            _check(named < n, f"network.partitions[{i}]: member {named} does not exist ({n} members)")
+        _check_attacks(self.adversary)
+        _check_model(self.model, self.members)
         _check_partition(self.data, self.members)
+
+
+def _check_canonical(where: str, table: Mapping[str, Any]) -> None:
+    """A free-form table holds only what a genesis can carry (64-bit integers, finite floats): a wider value
+    would overflow in numpy or torch long after the file loaded."""
+    from ledger import encode  # noqa: PLC0415
+
+    try:
+        encode(dict(table))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _check_attacks(adv: AdversaryConfig) -> None:
+    """Resolve the attack specs as the simulation does, so a bad one fails when the file loads."""
+    from learning._attacks import parse_data_attack, parse_update_attack  # noqa: PLC0415
+
+    try:
+        if adv.attack:
+            parse_update_attack(adv.attack)
+        if adv.data_attack:
+            parse_data_attack(adv.data_attack)
+    except ValueError as e:  # learning's ConfigError
+        raise ValueError(f"adversary: {e}") from None
+
+
+def model_parameters(model: ModelSection) -> int:
+    """Parameter count of the scenario's model, built on torch's ``meta`` device (no memory, no RNG).
+
+    Raises ``ValueError`` for an unknown model, bad parameters, or sizes torch cannot even describe."""
+    import torch  # noqa: PLC0415
+
+    from learning._models import model_spec  # noqa: PLC0415
+
+    try:
+        spec = model_spec(model.name, dict(model.params))
+        with torch.device("meta"):
+            module = spec.build()
+        return sum(p.numel() for p in module.parameters())
+    except ValueError as e:  # learning's ConfigError
+        raise ValueError(f"model: {e}") from None
+    except (RuntimeError, OverflowError, TypeError) as e:  # e.g. "Storage size calculation overflowed"
+        raise ValueError(f"model: {model.name!r} with these params cannot be built: {str(e).splitlines()[0][:200]}") from None
+
+
+def _check_model(model: ModelSection, members: int) -> None:
+    """Refuse a model that would not fit: past ``MODEL_PARAMETERS_MAX`` parameters, or one float32 copy per
+    member (plus a few) past ``MEMORY_BYTES_MAX``."""
+    n = model_parameters(model)
+    _check(n <= MODEL_PARAMETERS_MAX, f"model: {model.name!r} has {n:,} parameters, more than {MODEL_PARAMETERS_MAX:,}")
+    need = 4 * n * (members + MODEL_COPIES_EXTRA)
+    _check(
+        need <= MEMORY_BYTES_MAX,
+        f"model: {n:,} parameters × {members} members need about {need / 2**30:.0f} GiB, more than {MEMORY_BYTES_MAX >> 30} GiB",
+    )
 
 
 def _check_partition(data: DataSection, members: int) -> None:
@@ -353,9 +483,47 @@ def _check_partition(data: DataSection, members: int) -> None:
         raise ValueError(f"data.partition: {e}") from None
 
 
+def _bundled_dir() -> Path:
+    # sim/scenarios: a symlink to the top-level scenarios/ in a checkout, package data in a wheel.
+    return Path(__file__).resolve().parent / "scenarios"
+
+
 def default_scenario_path() -> Path:
-    """``scenarios/quickstart.toml`` of this checkout."""
-    return Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.toml"
+    """The bundled ``quickstart`` scenario (``scenarios/quickstart.toml``), in a checkout or an installed wheel."""
+    return _bundled_dir() / "quickstart.toml"
+
+
+def bundled_scenario_names() -> list[str]:
+    """Names of the scenarios that ship inside the package: top-level ones first, then ``full/...``
+    (the full-scale runs, which need local dataset files)."""
+    root = _bundled_dir()
+    names = [p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.toml")]
+    return sorted(names, key=lambda n: ("/" in n, n))
+
+
+def resolve_scenario(spec: str | os.PathLike[str] | None) -> Path:
+    """The scenario file that ``spec`` names: a path to a TOML file, or the name of a bundled scenario
+    (``quickstart``, ``coordinator_fedavg.toml``, ``full/seed004_femnist_fig2``); ``None`` is ``quickstart``.
+
+    An existing file wins over a bundled name, so a local file always runs as given. A missing one raises
+    :class:`ConfigFileError` with one line listing the bundled names.
+    """
+    if spec is None:
+        return default_scenario_path()
+    path = Path(spec)
+    try:
+        if path.is_file():
+            return path
+        exists = path.exists()
+    except OSError:  # e.g. a name too long for the file system: not a file, maybe a bundled name
+        exists = False
+    names = bundled_scenario_names()
+    name = str(spec).removesuffix(".toml")
+    if name in names:
+        return _bundled_dir() / f"{name}.toml"
+    if exists:  # a directory or a special file: load_scenario says what is wrong with it
+        return path
+    raise ConfigFileError(f"{spec}: no such scenario file or bundled scenario (bundled: {', '.join(names)})")
 
 
 def load_scenario(path: str | os.PathLike[str], **overrides: Any) -> Scenario:

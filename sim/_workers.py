@@ -30,6 +30,12 @@ copy-on-write; only the job (seeds, states; the model once per round) and its re
 refuses autograd in a child forked after the parent's autograd engine started device threads (any backward
 pass on a machine with CUDA devices): a job that fails that way is re-run here and the workers are not used
 again, so such a machine simply trains in-process.
+
+No helper outlives the simulation's process, however it ends (SIGKILL, the OOM killer): Linux sends each
+one a parent-death signal (``prctl(PR_SET_PDEATHSIG)``; a worker gets SIGKILL, the writer a signal it handles
+so that it finishes the SQLite transaction in hand), and the pipe to the parent is a second watchdog that
+works everywhere: each parent end is closed in every forked child (:func:`close_in_children`), so the
+parent's death is EOF there. Both are set up once per process; nothing is added per message.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from multiprocessing import util as mp_util
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,7 +61,16 @@ if TYPE_CHECKING:
 
     from sim._engine import Simulation, _JobSpec
 
-__all__ = ["Job", "TrainingPool", "child_inbox", "default_workers", "same_job", "widen_send_buffer"]
+__all__ = [
+    "Job",
+    "TrainingPool",
+    "child_inbox",
+    "close_in_children",
+    "default_workers",
+    "guard_parent",
+    "same_job",
+    "widen_send_buffer",
+]
 
 _HOST: Simulation | None = None
 """In a forked worker: the simulation it was forked from (its data, trainer and strategy)."""
@@ -63,35 +79,88 @@ _BAD_FORK = "fork"
 """Substring of PyTorch's error for autograd in a badly forked child ("...combination with fork-based...")."""
 
 
-def child_inbox(conn: Connection) -> queue.SimpleQueue[Any]:
-    """In a forked helper process (the ledger writer; a training worker orders its own queue, see ``_serve``):
-    ignore Ctrl-C and return a queue that a daemon thread fills with every message from ``conn``, then
-    ``None`` at the parent's ``None`` or at EOF.
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def guard_parent(parent: int, sig: int) -> bool:
+    """In a forked helper: have Linux send ``sig`` when the process that forked it dies; False if ``parent``
+    is already gone (it may have died before the request: the check comes after it).
+
+    The kernel sends the signal when the forking *thread* exits, so a handler must check ``os.getppid()``
+    (which changes only once the whole parent process is gone, the helper then belonging to a reaper).
+    SIGKILL needs no handler: the training workers use it, since the thread that forks them (the one in
+    ``Simulation.run``) closes the pool before it can exit. Where prctl does not exist, the callers' EOF
+    watchdog on the pipe remains."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes  # noqa: PLC0415 - once per helper process
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl: the EOF watchdog remains
+            pass
+    return os.getppid() == parent
+
+
+def close_in_children(conn: Connection) -> None:
+    """Close the parent's end ``conn`` of a helper's pipe in every process forked after this call (this
+    helper and the ones forked later): otherwise a helper holding a copy would keep the pipe open and never
+    see EOF when the parent dies."""
+    mp_util.register_after_fork(conn, type(conn).close)
+
+
+def child_inbox(conn: Connection, parent: int) -> tuple[queue.SimpleQueue[Any], threading.Event]:
+    """In the forked ledger writer (a training worker orders its own queue, see ``_serve``): ignore Ctrl-C;
+    return a queue that a daemon thread fills with every message from ``conn``, then ``None`` at the
+    parent's ``None``, at EOF or when the parent process ``parent`` dies; and an event set in the last two
+    cases (then the writer finishes what it is writing and stops). Its parent-death signal is SIGUSR1, one
+    of its own with a handler that checks the parent: neither a SIGTERM meant for the writer nor the exit of
+    the forking *thread* of a live parent is taken for the parent's death.
 
     Ctrl-C reaches the whole process group: the parent stops the workers and drains the writer itself (a
     decided block is never lost to an interrupt), so a helper must not die of it mid-write. Reading on a
     thread of its own keeps the pipe drained, so the parent's send never waits on the helper's send."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the simulation's clean stop, inherited at the fork
+    death_signal = signal.SIGUSR1  # (a forked writer runs on Linux only)
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    orphaned = threading.Event()
+
+    def gone() -> None:
+        orphaned.set()
+        inbox.put(None)  # wakes a writer waiting for blocks (SimpleQueue.put is safe in a signal handler)
+
+    def on_death_signal(signum: int, frame: Any) -> None:
+        if os.getppid() != parent:
+            gone()
+
+    signal.signal(death_signal, on_death_signal)  # before the request: its default action kills
+    if not guard_parent(parent, death_signal):
+        gone()
 
     def read() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {death_signal})  # for the main thread, which may wait on the inbox
         try:
             while (msg := conn.recv()) is not None:
                 inbox.put(msg)
-        except (EOFError, OSError):
-            pass
+        except (EOFError, OSError):  # every end the parent held is closed: it is gone
+            gone()
+            return
         inbox.put(None)
 
     threading.Thread(target=read, daemon=True).start()
-    return inbox
+    return inbox, orphaned
 
 
-def _serve(conn: Connection) -> None:
+def _serve(conn: Connection, parent: int) -> None:
     """A worker. Messages: ``("jobs", [(job id, spec, model, wanted)])`` (``model`` None: the last one sent;
     the spec's own model field is empty), ``("drop", [job ids])`` (skip them if not started), ``None``
     (stop). It trains wanted jobs first, oldest first, then speculations, and replies ``(job id, ok,
-    value)`` after each job (see :func:`widen_send_buffer`)."""
+    value)`` after each job (see :func:`widen_send_buffer`). It dies with ``parent`` (SIGKILL from the
+    kernel, or EOF on ``conn``): a job's result is worth nothing to anyone else."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # see child_inbox
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # TrainingPool.close terminates
+    if not guard_parent(parent, signal.SIGKILL):
+        return
     wanted: collections.OrderedDict[int, Any] = collections.OrderedDict()
     spec_q: collections.OrderedDict[int, Any] = collections.OrderedDict()
     cond = threading.Condition()
@@ -113,8 +182,8 @@ def _serve(conn: Connection) -> None:
                             wanted.pop(jid, None)
                             spec_q.pop(jid, None)
                     cond.notify()
-        except (EOFError, OSError):
-            pass
+        except (EOFError, OSError):  # the parent is gone (it never closes a live worker's pipe)
+            os._exit(0)
         with cond:
             stop[0] = True
             cond.notify()
@@ -259,7 +328,8 @@ class TrainingPool:
             try:
                 for _ in range(workers):
                     parent, child = ctx.Pipe(duplex=True)
-                    p = ctx.Process(target=_serve, args=(child,), daemon=True, name="concilium-train")
+                    close_in_children(parent)
+                    p = ctx.Process(target=_serve, args=(child, os.getpid()), daemon=True, name="concilium-train")
                     p.start()
                     child.close()
                     self._procs.append(p)

@@ -13,6 +13,11 @@ drained, so a slow disk never blocks the simulation before ``backlog`` blocks ar
 
 Errors are not lost: the first one the writer meets is re-raised in the simulation at the next ``submit``
 or at ``close``.
+
+The writer process never outlives the simulation's: when the parent dies (SIGKILL, the OOM killer), it
+learns it from its parent-death signal or from EOF on the pipe (``sim._workers.child_inbox``), finishes the
+batch it is appending (one SQLite transaction: all of it or none), closes the store and exits, so what is
+on disk is a valid prefix. The blocks still queued are dropped: nobody waits for them.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from ledger import Block, Genesis
 from ledger.store import create_ledger
-from sim._workers import child_inbox, widen_send_buffer
+from sim._workers import child_inbox, close_in_children, widen_send_buffer
 
 __all__ = ["LedgerWriter"]
 
@@ -35,8 +40,11 @@ _STOP = None  # the end of the blocks (also what sim._workers.child_inbox yields
 _BATCH = 8
 
 
-def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) -> None:
+def _write_all(
+    path: Path, initial_blobs: list[bytes], items: Any, report: Any, orphaned: threading.Event | None = None
+) -> None:
     """Append every ``(block, blobs, digests)`` from the queue ``items`` (None ends); ``report(error)`` once.
+    Once ``orphaned`` is set (the parent died), the batch being appended is the last.
 
     Whatever is already waiting goes in one batch (up to ``_BATCH`` blocks): all their blobs made durable
     with two file-system barriers, then the blocks in one SQLite transaction - the same order of
@@ -60,6 +68,8 @@ def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) 
                     batch.append(items.get_nowait())
                 except queue.Empty:
                     break
+            if orphaned is not None and orphaned.is_set():
+                break  # the parent is gone: it waits for none of these
             if _STOP in batch:
                 batch, done = batch[: batch.index(_STOP)], True
             if failed or not batch:
@@ -80,14 +90,25 @@ def _write_all(path: Path, initial_blobs: list[bytes], items: Any, report: Any) 
         store.close()
 
 
-def _serve(path: Path, initial_blobs: list[bytes], conn: Any) -> None:
+def _serve(path: Path, initial_blobs: list[bytes], conn: Any, parent: int) -> None:
     """The writer process: blocks from ``conn``, one ``("error", text)`` on failure, ``("done", None)`` at the end."""
-    jobs = child_inbox(conn)  # Ctrl-C ignored: the parent drains every decided block itself
+    jobs, orphaned = child_inbox(conn, parent)  # Ctrl-C ignored: the parent drains every decided block itself
     try:
         os.nice(19)  # the simulation's processes come first; the writer takes the idle time (and drains at the end)
     except OSError:
         pass
-    _write_all(path, initial_blobs, jobs, lambda e: conn.send(("error", f"{type(e).__name__}: {e}")))
+
+    def report(e: BaseException) -> None:
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        except OSError:  # the parent is gone
+            pass
+
+    if orphaned.is_set():  # already before it started
+        return
+    _write_all(path, initial_blobs, jobs, report, orphaned)
+    if orphaned.is_set():
+        return
     try:
         conn.send(("done", None))
     except OSError:
@@ -117,8 +138,9 @@ class LedgerWriter:
         if self._use_process:
             ctx = multiprocessing.get_context("fork")
             parent, child = ctx.Pipe(duplex=True)
-            self._proc = ctx.Process(target=_serve, args=(self._path, self._initial, child), daemon=True,
-                                     name="concilium-ledger-writer")
+            close_in_children(parent)
+            self._proc = ctx.Process(target=_serve, args=(self._path, self._initial, child, os.getpid()),
+                                     daemon=True, name="concilium-ledger-writer")
             self._proc.start()
             child.close()
             widen_send_buffer(parent)  # a block's blobs in one write, not one wake-up of the writer per 208 KiB

@@ -1,7 +1,9 @@
 """The ledger's one I/O module: the SQLite block store and the file blob store.
 
 A *ledger directory* holds ``chain.sqlite`` and ``blobs/``; :func:`create_ledger` makes one and
-:func:`open_ledger` opens one (``readonly=True`` for audits).
+:func:`open_ledger` opens one (``readonly=True`` for audits: nothing is created beside the ledger).
+:class:`StoreError` means the path is not a ledger that can be read (bad input);
+:class:`CorruptStoreError`, a subclass, means it is a concilium ledger and it is invalid.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ledger._errors import StoreError
+from ledger._errors import CorruptStoreError, StoreError
 from ledger._types import Genesis
 from ledger.store._blobs import BLOB_BYTES_MAX, FileBlobStore, MemoryBlobStore
 from ledger.store._sqlite import SCHEMA_VERSION, SqliteBlockStore
@@ -18,6 +20,7 @@ __all__ = [
     "BLOB_BYTES_MAX",
     "CHAIN_FILE",
     "BLOBS_DIR",
+    "CorruptStoreError",
     "SCHEMA_VERSION",
     "FileBlobStore",
     "MemoryBlobStore",

@@ -19,7 +19,7 @@ from ledger import (
     encode_tensors,
     sha256,
 )
-from ledger.store import SCHEMA_VERSION, FileBlobStore, MemoryBlobStore, SqliteBlockStore, create_ledger, open_ledger
+from ledger.store import SCHEMA_VERSION, CorruptStoreError, FileBlobStore, MemoryBlobStore, SqliteBlockStore, create_ledger, open_ledger
 from sim import LedgerDemo
 
 
@@ -129,12 +129,16 @@ def test_index_tampering_is_caught_on_open_and_named_by_audit(tmp_path):
     c.execute("UPDATE blocks SET hash = ? WHERE height = 3", (bytes(32),))
     c.commit()
     c.close()
-    with pytest.raises(StoreError, match="height 4: prev_hash does not link"):
+    # height 4's prev_hash no longer links to height 3's hash index: the open names the row at fault (3),
+    # the height the audit names
+    with pytest.raises(CorruptStoreError, match="height 3: the store's hash index differs") as caught:
         open_ledger(tmp_path / "L")
+    assert caught.value.height == 3
     s, b = open_ledger(tmp_path / "L", readonly=True, check_index=False)
     rep = audit_chain(s.genesis(), s.iter_rows(), blobs=b)
     s.close()
     assert not rep.ok and rep.first_bad_height == 3 and "index" in rep.reason
+    assert rep.reason == caught.value.reason
 
 
 def test_file_blob_store(tmp_path):
@@ -239,3 +243,104 @@ def test_tensor_blob_random_bytes_raise_only_blob_error(data):
         decode_tensors(data)
     except BlobError:
         pass
+
+
+# --- the WAL and the file alone -------------------------------------------------------------
+
+
+def _journal_bytes(path):
+    """SQLite header bytes 18-19: 1,1 in rollback mode, 2,2 in WAL mode."""
+    return path.read_bytes()[18:20]
+
+
+def test_clean_close_leaves_the_whole_ledger_in_the_file(tmp_path):
+    import os
+
+    demo, blocks = _demo(3)
+    path = tmp_path / "c.sqlite"
+    wal, shm = (tmp_path / f"c.sqlite{s}" for s in ("-wal", "-shm"))
+    s = SqliteBlockStore.create(path, demo.genesis)
+    s.append(blocks[0][0])
+    assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and wal.exists()
+    s.close()
+    s.close()  # idempotent
+    assert _journal_bytes(path) == b"\x01\x01" and not wal.exists() and not shm.exists()
+    with SqliteBlockStore.open(path) as s:  # a writer switches back to WAL
+        assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and s.height() == 1
+        s.append(blocks[1][0])
+    assert _journal_bytes(path) == b"\x01\x01" and not wal.exists()
+    with SqliteBlockStore.open(path, readonly=True) as r:
+        assert r.height() == 2 and r.warning is None
+    assert sorted(os.listdir(tmp_path)) == ["c.sqlite"]
+
+
+def test_every_batch_is_checkpointed_into_the_file(tmp_path):
+    """``chain.sqlite`` copied alone from a live writer holds every batch appended so far (without the
+    checkpoint its blocks would all be in the WAL, which the copy leaves behind), and says it may miss some."""
+    import shutil
+
+    demo, blocks = _demo(6)
+    store, _ = create_ledger(tmp_path / "L", demo.genesis)
+    path = tmp_path / "L" / "chain.sqlite"
+    with store:
+        store.append_many([b for b, _ in blocks[:2]])
+        store.append(blocks[2][0])
+        store.append_many([b for b, _ in blocks[3:]])
+        assert (tmp_path / "L" / "chain.sqlite-wal").exists()
+        shutil.copyfile(path, tmp_path / "copy.sqlite")
+    with SqliteBlockStore.open(tmp_path / "copy.sqlite", readonly=True) as s:
+        assert s.height() == 6 and s.head_hash() == blocks[-1][0].hash()
+        assert s.warning == (
+            "copy.sqlite is in WAL mode with no copy.sqlite-wal beside it: blocks after the last checkpoint may be missing"
+        )
+        assert audit_chain(s.genesis(), s.iter_rows()).ok
+
+
+def test_close_while_another_connection_reads_keeps_wal_mode_and_every_block(tmp_path):
+    import time
+
+    demo, blocks = _demo(2)
+    path = tmp_path / "c.sqlite"
+    w = SqliteBlockStore.create(path, demo.genesis)
+    w.append(blocks[0][0])
+    reader = SqliteBlockStore.open(path, readonly=True)
+    assert reader.height() == 1
+    t = time.perf_counter()
+    w.close()  # cannot switch to rollback mode while the reader holds the file; does not wait for it either
+    assert time.perf_counter() - t < 4  # SQLite's busy timeout here is 5 s
+    assert _journal_bytes(path) == b"\x02\x02"
+    reader.close()
+    with SqliteBlockStore.open(path) as w:
+        assert w.height() == 1
+        w.append(blocks[1][0])
+    assert _journal_bytes(path) == b"\x01\x01"
+    with SqliteBlockStore.open(path, readonly=True) as r:
+        assert r.height() == 2 and r.get(2) == blocks[1][0]
+
+
+def test_a_tampered_store_is_corrupt_and_a_foreign_file_is_not_a_ledger(tmp_path):
+    """The line between the two errors: after the file is identified as ours, everything is corruption."""
+    demo, blocks = _demo(2)
+    path = tmp_path / "c.sqlite"
+    with SqliteBlockStore.create(path, demo.genesis) as s:
+        s.append_many([b for b, _ in blocks])
+    c = sqlite3.connect(path)
+    c.execute("UPDATE blocks SET prev_hash = ? WHERE height = 2", (bytes(32),))
+    c.commit()
+    c.close()
+    with pytest.raises(CorruptStoreError) as caught:
+        SqliteBlockStore.open(path)
+    assert caught.value.height == 2 and caught.value.verdict() == (
+        "FAIL at height 2: the store's prev_hash index differs from the block's prev_hash (valid prefix: 1 blocks)"
+    )
+    with SqliteBlockStore.open(path, readonly=True, check_index=False) as s:  # audits name it themselves
+        rep = audit_chain(s.genesis(), s.iter_rows())
+        assert (rep.first_bad_height, rep.height, rep.reason) == (2, 1, caught.value.reason)
+        with pytest.raises(CorruptStoreError, match="height 2: the store's prev_hash index") as again:
+            list(s.iter_checked())
+        assert again.value.height == 2
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"SQLite format 3\x00" + bytes(84))
+    with pytest.raises(StoreError, match="not a concilium ledger") as foreign:
+        SqliteBlockStore.open(junk, readonly=True)
+    assert not isinstance(foreign.value, CorruptStoreError)

@@ -105,3 +105,30 @@ def test_deleted_and_swapped_blocks_are_named(tmp_path):
     c.close()
     rep = _audit(tmp_path / "L")
     assert not rep.ok and rep.first_bad_height == 2 and "missing" in rep.reason, rep.line()
+
+
+def test_every_flip_of_the_stored_genesis_makes_the_ledger_invalid_at_height_0(tmp_path):
+    """The stored genesis is part of the ledger: any flipped bit in it (or in its recorded hash) is a
+    CorruptStoreError at height 0 (``ledger verify`` exit 1), never bad input, and never accepted."""
+    from ledger.store import CorruptStoreError
+
+    _stored(tmp_path)
+    db = tmp_path / "L" / "chain.sqlite"
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA synchronous=OFF")  # a test of the reader: the writes need not be durable
+    meta = dict(c.execute("SELECT key, value FROM meta"))
+    reasons = set()
+    for key in ("genesis", "genesis_hash"):
+        original = meta[key]
+        for i in range(0, len(original), 3):
+            bad = bytearray(original)
+            bad[i] ^= 0x10
+            c.execute("UPDATE meta SET value = ? WHERE key = ?", (bytes(bad), key))
+            with pytest.raises(CorruptStoreError) as caught:
+                open_ledger(tmp_path / "L", readonly=True, check_index=False)
+            assert caught.value.height == 0 and caught.value.verdict().startswith("FAIL at height 0: the stored genesis")
+            reasons.add(caught.value.reason.split(":")[0])
+        c.execute("UPDATE meta SET value = ? WHERE key = ?", (original, key))
+    c.close()
+    assert reasons == {"the stored genesis is corrupt", "the stored genesis hash does not match the stored genesis"}
+    assert _audit(tmp_path / "L").ok

@@ -218,3 +218,32 @@ def test_a_killed_ledger_writer_stops_the_run_with_a_clear_error(tmp_path):
     with pytest.raises(RuntimeError, match="writing the results ledger .* failed: the writer process died"):
         s.run()
     assert multiprocessing.active_children() == []
+
+
+def test_only_the_simulation_holds_the_parent_ends_of_its_helpers_pipes(tmp_path):
+    # The watchdog that works without prctl: a helper sees EOF when the parent dies only if no other process
+    # (itself, or a helper forked later) kept a copy of the parent's end of its pipe.
+    import os
+
+    s = Simulation(_scenario("fedavg", {"clients": 0}, rounds=2), workers=2, ledger_dir=tmp_path / "ledger")
+    held: dict[int, set[str]] = {}
+
+    def look(m):
+        if m.fl_round != 1:
+            return
+        conns = [*s._pool._conns, s._writer._conn]
+        ends = {f"socket:[{os.fstat(c.fileno()).st_ino}]" for c in conns}
+        assert len(ends) == 3
+        for pid in [p.pid for p in s._pool._procs] + [s._writer._proc.pid]:
+            fds = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    fds.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except FileNotFoundError:  # closed meanwhile
+                    pass
+            assert any(f.startswith("socket:[") for f in fds), "each helper holds its own end"
+            held[pid] = ends & fds
+
+    s._on_round = look
+    s.run()
+    assert len(held) == 3 and all(not ends for ends in held.values()), held
