@@ -10,12 +10,14 @@ harness for tests and simulations is in :mod:`consensus.testing`.
 from consensus._certify import advance_state, check_commit_certificate, verify_decided_block
 from consensus._committee import (
     DISTANCE_FLOOR,
+    KIND_INVALID_SCORE_ROW,
     KIND_SCORES,
     SCORE_AGGREGATIONS,
     STRATEGIES,
     CmflDecision,
     CmflParams,
     CommitteeSizes,
+    ForgedScoreRow,
     ScoreRow,
     check_cmfl_payload,
     cmfl_record,
@@ -33,6 +35,14 @@ from consensus._committee import (
     select_clients,
     sign_score_row,
     update_equivocation_evidence,
+    verify_score_row,
+)
+from consensus._evidence import (
+    EVIDENCE_KINDS,
+    KIND_EQUIVOCATION,
+    KIND_INVALID_PROPOSAL,
+    SLOT_KINDS,
+    check_evidence_claim,
 )
 from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
 from consensus._errors import (
@@ -59,7 +69,11 @@ from consensus._replica import Phase, Refusal, Replica, ReplicaConfig, ReplicaSt
 
 __all__ = [
     "DISTANCE_FLOOR",
+    "EVIDENCE_KINDS",
     "KIND_COMMIT",
+    "KIND_EQUIVOCATION",
+    "KIND_INVALID_PROPOSAL",
+    "KIND_INVALID_SCORE_ROW",
     "KIND_NEW_VIEW",
     "KIND_PREPARE",
     "KIND_PRE_PREPARE",
@@ -68,6 +82,7 @@ __all__ = [
     "KIND_VIEW_CHANGE",
     "MESSAGE_BYTES_MAX",
     "SCORE_AGGREGATIONS",
+    "SLOT_KINDS",
     "STRATEGIES",
     "Broadcast",
     "CmflDecision",
@@ -78,6 +93,7 @@ __all__ = [
     "ConsensusError",
     "Effect",
     "EquivocationError",
+    "ForgedScoreRow",
     "LocalProtocolError",
     "Message",
     "Phase",
@@ -95,6 +111,7 @@ __all__ = [
     "Validator",
     "advance_state",
     "check_cmfl_payload",
+    "check_evidence_claim",
     "check_commit_certificate",
     "cmfl_record",
     "combine_scores",
@@ -114,4 +131,5 @@ __all__ = [
     "sign_score_row",
     "update_equivocation_evidence",
     "verify_decided_block",
+    "verify_score_row",
 ]

@@ -59,12 +59,14 @@ from consensus._errors import CommitteeConfigError, RemoteProtocolError
 
 __all__ = [
     "DISTANCE_FLOOR",
+    "KIND_INVALID_SCORE_ROW",
     "KIND_SCORES",
     "SCORE_AGGREGATIONS",
     "STRATEGIES",
     "CmflDecision",
     "CmflParams",
     "CommitteeSizes",
+    "ForgedScoreRow",
     "ScoreRow",
     "check_cmfl_payload",
     "cmfl_record",
@@ -82,6 +84,7 @@ __all__ = [
     "select_clients",
     "sign_score_row",
     "update_equivocation_evidence",
+    "verify_score_row",
 ]
 
 STRATEGIES = ("I", "II")
@@ -311,7 +314,8 @@ def _bad_row(detail: str) -> RemoteProtocolError:
 
 
 def parse_score_row(msg: SignedMessage) -> ScoreRow:
-    """Stateless checks of a score row (signatures are the caller's); raises RemoteProtocolError."""
+    """Stateless checks of a score row (signatures are the caller's: :func:`verify_score_row` does all of
+    them); raises RemoteProtocolError."""
     if msg.kind != KIND_SCORES or msg.view != 0:
         raise _bad_row(f"not a score row: {msg.kind} view {msg.view}")
     body = msg.body
@@ -337,6 +341,62 @@ def parse_score_row(msg: SignedMessage) -> ScoreRow:
         except (TypeError, ValueError) as e:
             raise _bad_row(f"update of {k!r:.60}: {e}") from None
     return ScoreRow(msg.signer, msg.height, distances, updates, ref)
+
+
+KIND_INVALID_SCORE_ROW = "invalid_score_row"
+
+
+class ForgedScoreRow(RemoteProtocolError):
+    """A committee member signed a score row that no honest member signs: a malformed one, or one carrying an
+    update commitment its client did not sign (e.g. the client's digest or ``n_samples`` changed, the client's
+    old signature kept). Provable from the row alone, so it carries ledger ``evidence`` against the *member*
+    (kind ``"invalid_score_row"``): the client whose commitment was altered is never blamed (§2.8.4)."""
+
+    def __init__(self, evidence: Evidence) -> None:
+        super().__init__("forged_score_row", evidence.reason)
+        self.evidence = evidence
+
+
+def verify_score_row(ctx: ChainContext, msg: SignedMessage) -> ScoreRow:
+    """Every check of a score row: the member's signature, then :func:`parse_score_row`, then each update
+    commitment it carries against the commitment's own signer (the client).
+
+    Use it on every row before it counts: :func:`decide_round` trusts its rows. Raises
+    ``ledger.SignatureError`` if the row's own signature does not hold (nothing is attributable then),
+    :class:`ForgedScoreRow` (with evidence against the signer) if the signed row is malformed or carries a
+    commitment that does not verify.
+    """
+    if msg.kind != KIND_SCORES:
+        raise _bad_row(f"not a score row: {msg.kind!r:.40}")
+    ctx.keys.verify(msg.signer, msg.signature, sign_bytes(ctx.chain_id, msg.kind, msg.height, msg.view, msg.body), what="score row")
+    try:
+        row = parse_score_row(msg)
+    except RemoteProtocolError as e:
+        raise ForgedScoreRow(_row_evidence(msg, f"malformed score row: {e}")) from None
+    for k, u in row.updates.items():
+        try:
+            ctx.keys.verify(
+                u.peer,
+                u.signature,
+                update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
+                what=f"update commitment of {u.peer}",
+            )
+        except SignatureError:
+            raise ForgedScoreRow(
+                _row_evidence(msg, f"score row carries an update commitment of {k!r:.60} that {k!r:.60} did not sign")
+            ) from None
+    return row
+
+
+def _row_evidence(msg: SignedMessage, reason: str) -> Evidence:
+    return Evidence(
+        kind=KIND_INVALID_SCORE_ROW,
+        offender=msg.signer,
+        height=msg.height,
+        view=msg.view,
+        exhibits=(msg,),
+        reason=reason.encode()[:400].decode(errors="ignore"),
+    )
 
 
 # --- scores, selection, election (seed_003 §2.2-2.4) ------------------------------------------------
@@ -434,9 +494,10 @@ def decide_round(
 ) -> CmflDecision:
     """Scores, ``S_a^t`` and ``S_c^{t+1}`` from the score rows of a proposal (seed_003 §2.7, §2.8.3-4).
 
-    ``rows`` must come from distinct committee members (RemoteProtocolError otherwise); their
-    signatures and the clients' commitment signatures are the caller's to verify. Deterministic for a
-    given set of rows, whatever their order.
+    ``rows`` must come from distinct committee members (RemoteProtocolError otherwise) and must have passed
+    :func:`verify_score_row` (the member's signature and every client commitment's): two different
+    commitments of one client in two rows are then the client's own equivocation, never a member's forgery.
+    Deterministic for a given set of rows, whatever their order.
     """
     members = [r.member for r in rows]
     if len(set(members)) != len(members) or not set(members) <= set(committee):
@@ -545,16 +606,7 @@ def check_cmfl_payload(
                 continue
             if a.height != height:
                 return f"score row of {a.signer} is for height {a.height}"
-            ctx.keys.verify(a.signer, a.signature, sign_bytes(ctx.chain_id, a.kind, a.height, a.view, a.body), what="score row")
-            row = parse_score_row(a)
-            for u in row.updates.values():
-                ctx.keys.verify(
-                    u.peer,
-                    u.signature,
-                    update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
-                    what=f"update commitment of {u.peer} in the row of {a.signer}",
-                )
-            rows.append(row)
+            rows.append(verify_score_row(ctx, a))
         decision = decide_round(rows, training=training, committee=committee, params=params)
     except (SignatureError, RemoteProtocolError) as e:
         return str(e)

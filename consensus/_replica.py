@@ -310,6 +310,7 @@ class Replica:
         self._sync_attempt = 0
         self._buffer: list[_Buffered] = []
         self._inbox: deque[tuple[Message, str | None]] = deque()
+        self._paused = False  # a Commit left in this batch: the host applies it before more input is judged
         self._pending: list[Effect] = []
         self._enter_height(state, self._pending)
 
@@ -323,13 +324,26 @@ class Replica:
     def step(self, message: Message, *, sender: str | None = None) -> list[Effect]:
         """A peer's message arrived (``sender``: the transport-authenticated peer, if known)."""
         fx = self.start()
+        self._paused = False
         self._inbox.append((message, sender))
+        self._drain(fx)
+        return fx
+
+    def resume(self) -> list[Effect]:
+        """Handle the input held back behind a ``Commit`` (see :meth:`_drain`), once the host applied the block.
+
+        A host whose ``validate`` reads its own per-height state (the node core: the round's updates, the
+        model) calls it right after applying a ``Commit``; otherwise the next ``step``/``tick`` goes on.
+        """
+        fx = self.start()
+        self._paused = False
         self._drain(fx)
         return fx
 
     def tick(self) -> list[Effect]:
         """One tick of logical time passed."""
         fx = self.start()
+        self._paused = False
         self._now += 1
         if self._now >= self._retransmit_at and self._phase in (Phase.PREPARE, Phase.COMMIT, Phase.VIEW_CHANGE):
             self._retransmit(fx)
@@ -464,7 +478,11 @@ class Replica:
     # --- input loop ----------------------------------------------------------------------------
 
     def _drain(self, fx: list[Effect]) -> None:
-        while self._inbox:
+        """Handle the inbox in order; stop after a ``Commit``: the next height's held messages (a pre-prepare
+        among them) must wait until the host applied the block, or ``validate`` would judge a proposal of
+        height h + 1 against the host's state of height h (and a batch of synced blocks would reach the
+        host several heights at a time)."""
+        while self._inbox and not self._paused:
             message, sender = self._inbox.popleft()
             try:
                 self._on_message(message, sender, fx)
@@ -653,6 +671,7 @@ class Replica:
 
     def _decide(self, block: Block, fx: list[Effect]) -> None:
         fx.append(Commit(block=block))
+        self._paused = True
         self._decided += 1
         bh = block.header.hash()
         newcomers = sorted(set(block.payload.next_committee) - self._committee_set - {self._me})

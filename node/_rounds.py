@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from consensus import CmflParams, check_cmfl_payload, sample_committee, sample_training_clients
+from consensus import CmflParams, check_cmfl_payload, check_evidence_claim, sample_committee, sample_training_clients
 from ledger import (
     COMMITTEE_MODE,
     BlobSource,
@@ -63,6 +63,7 @@ __all__ = [
     "RoundPlan",
     "RoundRules",
     "evidence_key",
+    "proposal_evidence_key",
     "round_rng",
     "sampling_seed_of",
     "seeded_sampling_hash",
@@ -325,6 +326,9 @@ class RoundRules:
                 check_evidence(ctx, h, ev)
             except LedgerError as e:
                 return f"evidence: {e}", None, None, None
+            claim = check_evidence_claim(ctx, ev)
+            if claim is not None:
+                return f"evidence against {ev.offender}: {claim}", None, None, None
         if self.committee_mode:
             assert self.cmfl is not None
             reason = check_cmfl_payload(
@@ -368,3 +372,9 @@ class RoundRules:
 def evidence_key(ev: Evidence) -> bytes:
     """Dedup key of an evidence item."""
     return sha256(encode(ev.to_value()))  # type: ignore[attr-defined]
+
+
+def proposal_evidence_key(ev: Evidence) -> bytes:
+    """Which refused proposal an ``invalid_proposal`` item names (its signed pre-prepare), whatever reason it
+    gives: two validators that refused the same proposal hold the same key."""
+    return sha256(encode([ev.kind, ev.offender, ev.height, ev.view, [x.to_value() for x in ev.exhibits]]))  # type: ignore[attr-defined]

@@ -23,6 +23,14 @@ A height ``t`` (= FL round ``t``), both modes (DESIGN.md):
 Every peer input is untrusted: bounded envelope size, strict decoding, signatures, membership, digests,
 shapes and finite values are checked; a bad input is dropped and counted (``status().dropped``), and a
 provable one becomes evidence. Nothing a peer sends raises out of this class.
+
+Evidence names only a peer whose own signature proves the fault (``consensus._evidence``): two different
+signed messages for one slot, a signed score row that misquotes a client's commitment (the member is blamed,
+never the client), a proposal this validator refused on inputs it holds. A refusal for want of an input (the
+previous model, a blob), a suspicion of censorship, or evidence this validator cannot confirm still votes for
+a view change but accuses nobody; and a proposal is refused if it carries evidence whose claim does not hold,
+so a Byzantine proposer cannot put an accusation of an honest peer on the ledger. ``tests/sim/
+test_byzantine_fuzz.py`` checks all of it against a fuzzing Byzantine minority.
 """
 
 from __future__ import annotations
@@ -36,9 +44,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from consensus import (
+    KIND_INVALID_PROPOSAL,
     KIND_SCORES,
     Broadcast,
     Commit,
+    ForgedScoreRow,
+    LocalProtocolError,
     Message,
     Proposal,
     RemoteProtocolError,
@@ -54,6 +65,7 @@ from consensus import (
     parse_score_row,
     sign_score_row,
     update_equivocation_evidence,
+    verify_score_row,
 )
 
 from ledger import (
@@ -70,7 +82,6 @@ from ledger import (
     encode,
     genesis_state,
     sha256,
-    sign_bytes,
     sign_update,
     update_sign_bytes,
 )
@@ -79,7 +90,7 @@ from learning._blobs import vector_to_blob
 from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
 from learning._strategies import ClientUpdate, PublicEval
-from node._rounds import RoundPlan, RoundRules, evidence_key
+from node._rounds import RoundPlan, RoundRules, evidence_key, proposal_evidence_key
 from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
 __all__ = [
@@ -98,6 +109,7 @@ __all__ = [
 PURPOSE_UPDATE = "update"
 PURPOSE_REFERENCE = "reference"
 EVIDENCE_PER_BLOCK_MAX = 64
+EVIDENCE_PENDING_MAX = 256
 UNSOLICITED_BLOBS_MAX = 8
 EARLY_UPDATES_MAX = 256
 EARLY_UPDATE_BYTES_MAX = 64 << 20
@@ -278,12 +290,20 @@ class NodeCore:
         self._now = 0
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
+        self._unprovable: set[tuple[int, int, str]] = set()
+        """(height, view, proposer) of this height's proposals this node refused without proof of a fault (it
+        lacked the previous model or a blob, suspected censorship, could not confirm an evidence item): refused,
+        but never reported as evidence against the proposer."""
+        self._confirmed: set[bytes] = set()
+        """Keys of the invalid_proposal evidence this node reported itself at this height: the only such
+        evidence it accepts in others' proposals (:meth:`_judge`)."""
         self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes, bytes | None]] = OrderedDict()
         self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
         self._early_bytes = 0
         self._decided: OrderedDict[int, Block] = OrderedDict()
+        self._last_signers: tuple[str, ...] = ()  # the commit certificate of the last block: they hold its model
         self._pending_decided: Block | None = None  # committed, model blob not here yet
         self._out: list[NodeEffect] = []
         self._algo_state: bytes | None = None
@@ -509,7 +529,15 @@ class NodeCore:
         self._remember_validated(payload.model_digest, model, model_blob, self._proposed_state)
         r.proposed_views.add(view)
         time_ms = max(self._state.time_ms, self._genesis.genesis_time_ms + self._now * self._timeouts.tick_ms)
-        self._apply_replica(self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms))
+        try:
+            effects = self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms)
+        except LocalProtocolError:
+            # The payload is built from peer inputs that were all checked on receipt, so our own validation
+            # refusing it means a check is missing somewhere: no proposal (the view times out and moves on),
+            # counted in status().dropped, where tests look for it. A peer must never crash the node this way.
+            self._dropped["own proposal refused"] += 1
+            return
+        self._apply_replica(effects)
 
     def _pending_evidence(self, height: int) -> tuple[Evidence, ...]:
         return tuple(e for e in self._evidence.values() if e.height <= height)[:EVIDENCE_PER_BLOCK_MAX]
@@ -570,9 +598,29 @@ class NodeCore:
     def _validate(self, proposal: Proposal) -> str | None:
         if self._behavior.accepts_everything:
             return None
+        reason, provable = self._judge(proposal)
+        if reason is not None and not provable:
+            hd = proposal.header
+            self._unprovable.add((hd.height, hd.view, hd.proposer))
+        return reason
+
+    def _judge(self, proposal: Proposal) -> tuple[str | None, bool]:
+        """``(why the proposal is refused or None, whether that proves the proposer faulty)``.
+
+        Provable: the proposal is wrong whatever this validator holds (a forged row, a wrong aggregate of
+        updates it has, an evidence claim that does not hold). Not provable: this validator lacks an input
+        (the previous model, a blob), suspects censorship of an update the proposer may not have, or cannot
+        confirm an ``invalid_proposal`` evidence item; such a refusal still votes for a view change, but it
+        never becomes evidence, so an honest proposer is never accused.
+        """
         payload = proposal.payload
+        if proposal.header.height != self._round.plan.height:  # (the replica waits for the commit: not expected)
+            return f"this validator is at height {self._round.plan.height}, not {proposal.header.height}", False
         if self._model is None:
-            return "this validator does not have the previous model yet"
+            return "this validator does not have the previous model yet", False
+        for ev in payload.evidence:
+            if ev.kind == KIND_INVALID_PROPOSAL and proposal_evidence_key(ev) not in self._confirmed:
+                return f"cannot confirm the evidence against {ev.offender}: this validator did not refuse that proposal", False
         if not self._rules.committee_mode:
             included = {(u.peer, u.fl_round) for u in payload.updates}
             left_out = sorted(k for k in self._round.updates if k not in included)
@@ -583,20 +631,20 @@ class NodeCore:
                 for p in self._round.plan.committee:
                     self._relay_updates(p, left_out)
                 names = [p if t == self._round.plan.height else f"{p}@{t}" for p, t in left_out]
-                return f"the proposal leaves out the valid update(s) of {', '.join(names)}"
+                return f"the proposal leaves out the valid update(s) of {', '.join(names)}", False
         held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
         reason, model, blob, new_state = self._rules.check_payload(
             self._state, payload, self._model, self._blobs,
             algo_state=self._algo_state, history=self._history, held=held,
         )
         if reason is not None:
-            for u in payload.updates:
-                if not self._blobs.has(u.digest):
-                    self._want_blob(u.digest, ask=proposal.header.proposer)
-            return reason
+            missing = [u.digest for u in payload.updates if not self._blobs.has(u.digest)]
+            for d in missing:
+                self._want_blob(d, ask=proposal.header.proposer)
+            return reason, not missing and not self._algo_state_missing
         assert model is not None and blob is not None
         self._remember_validated(payload.model_digest, model, blob, new_state)
-        return None
+        return None, True
 
     def _relay_updates(self, to: str, keys: Sequence[tuple[str, int]]) -> None:
         if to == self._me:
@@ -619,6 +667,7 @@ class NodeCore:
     # --- consensus effects ------------------------------------------------------------------------
 
     def _apply_replica(self, effects: Sequence[Any]) -> None:
+        committed = False
         for fx in effects:
             match fx:
                 case Send(to=to, message=msg):
@@ -634,28 +683,47 @@ class NodeCore:
                 case RequestProposal(height=h, view=v):
                     self._round.proposal_request = (h, v)
                 case ReportMisbehavior(evidence=ev):
+                    if ev.kind == KIND_INVALID_PROPOSAL:
+                        if (ev.height, ev.view, ev.offender) in self._unprovable:
+                            continue  # refused for want of an input, not for a proven fault
+                        self._confirmed.add(proposal_evidence_key(ev))
                     self._add_evidence(ev)
                 case Commit(block=block):
                     self._on_commit(block)
+                    committed = True
                 case _:
                     raise AssertionError(f"unknown consensus effect {fx!r}")
+        if committed:  # the replica held back the next height's input until this node applied the block
+            self._apply_replica(self._replica.resume())
 
     @staticmethod
     def _pbft_bytes(msg: Message) -> bytes:
         return Envelope(pbft=msg).encode()  # type: ignore[attr-defined]
 
     def _add_evidence(self, ev: Evidence) -> None:
+        """Hold ``ev`` for this node's next proposal, once per (kind, offender, height, view): a faulty peer
+        that keeps sending bad messages does not grow the list (bounded, oldest dropped first)."""
         key = evidence_key(ev)
-        if key not in self._evidence:
-            self._evidence[key] = ev
-            self._out.append(Misbehavior(evidence=ev))
+        slot = (ev.kind, ev.offender, ev.height, ev.view)
+        if key in self._evidence or any((e.kind, e.offender, e.height, e.view) == slot for e in self._evidence.values()):
+            return
+        self._evidence[key] = ev
+        while len(self._evidence) > EVIDENCE_PENDING_MAX:
+            self._evidence.popitem(last=False)
+        self._out.append(Misbehavior(evidence=ev))
 
     def _on_commit(self, block: Block) -> None:
         self._decided[block.height] = block
+        self._last_signers = tuple(s.signer for s in block.certificate.signatures)
         while len(self._decided) > DECIDED_KEPT:
             self._decided.popitem(last=False)
         for ev in block.payload.evidence:
             self._evidence.pop(evidence_key(ev), None)
+        # invalid_proposal evidence is confirmable only by the validators of its own height (see _judge)
+        for key in [k for k, e in self._evidence.items() if e.kind == KIND_INVALID_PROPOSAL and e.height <= block.height]:
+            del self._evidence[key]
+        self._unprovable.clear()
+        self._confirmed.clear()
         old_round = self._round
         self._history.record(old_round.plan, self._model, block.payload)
         self._state = self._replica.chain_state
@@ -781,13 +849,12 @@ class NodeCore:
         if sender not in r.plan.committee or self._me not in r.plan.committee:
             self._dropped["score row outside the committee"] += 1
             return
-        self._ctx.keys.verify(
-            signed.signer,
-            signed.signature,
-            sign_bytes(self._ctx.chain_id, signed.kind, signed.height, signed.view, signed.body),
-            what="score row",
-        )
-        parse_score_row(signed)
+        try:
+            verify_score_row(self._ctx, signed)  # the member's signature, then every client commitment's
+        except ForgedScoreRow as e:
+            # signed by the member, so provable: the member is the offender, never the client it misquotes
+            self._add_evidence(e.evidence)
+            raise
         held = r.rows.get(sender)
         if held is not None:
             if encode(held.body) != encode(signed.body):
@@ -800,7 +867,7 @@ class NodeCore:
         r.rows[sender] = signed
 
     def _on_want(self, sender: str, digests: Sequence[bytes]) -> None:
-        have = [self._blobs.get(d) for d in digests[:BLOBS_PER_MESSAGE_MAX] if self._blobs.has(d)]
+        have = [b for b in (self._servable(d) for d in digests[:BLOBS_PER_MESSAGE_MAX]) if b is not None]
         if have:
             self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))  # type: ignore[attr-defined]
 
@@ -830,6 +897,18 @@ class NodeCore:
                     return
                 self._begin_round()
 
+    def _servable(self, digest: bytes) -> bytes | None:
+        """A blob this node can hand out: stored, or a model/state it validated, or the current global model
+        (a validator keeps the model it re-executed as a vector, not as a stored blob)."""
+        if self._blobs.has(digest):
+            return self._blobs.get(digest)  # type: ignore[no-any-return]
+        cached = self._validated.get(digest)
+        if cached is not None:
+            return cached[1]
+        if digest == self._state.model_digest and self._model is not None:
+            return vector_to_blob(self._model)
+        return None
+
     def _blob(self, digest: bytes) -> bytes | None:
         if self._blobs.has(digest):
             return self._blobs.get(digest)
@@ -848,8 +927,12 @@ class NodeCore:
             self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))  # type: ignore[attr-defined]
 
     def _ask_wanted(self) -> None:
-        """Retry missing blobs, asking committee members in turn."""
-        others = [p for p in sorted(set(self._round.plan.committee) | set(self._state.committee)) if p != self._me]
+        """Retry missing blobs, asking peers in turn: first those likely to hold them (the signers of the last
+        block's certificate validated its model; the committees), then every other member. A proposer that
+        withheld the new model from the next committee, which then holds no copy, cannot stall the chain."""
+        likely = set(self._round.plan.committee) | set(self._state.committee) | set(self._last_signers)
+        others = [p for p in sorted(likely) if p != self._me]
+        others += [p for p in self._genesis.member_ids if p not in likely and p != self._me]
         if not others:
             return
         digests = tuple(sorted(self._want))[:BLOBS_PER_MESSAGE_MAX]

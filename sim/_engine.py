@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import multiprocessing
 import signal
 import threading
 import time
@@ -54,7 +55,9 @@ from learning._schedules import SCHEDULES, schedule_spec
 from learning._strategies import ClientJob, LocalOutcome, Strategy, strategy_from_params
 from learning._training import LocalTrainer, LocalTrainingConfig
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
+from node._errors import Terminated
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from sim._rng import RngTree
 from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
@@ -181,9 +184,11 @@ class Simulation:
         ledger_dir: Path | None = None,
         on_round: Callable[[RoundMetrics], None] | None = None,
         workers: int | None = None,
+        fuzz: FuzzSpec | None = None,
     ) -> None:
         """``workers``: forked processes that run local training while this process runs the protocol
-        (None: :func:`sim._workers.default_workers`; 0: train in-process). The results are identical."""
+        (None: :func:`sim._workers.default_workers`; 0: train in-process). The results are identical.
+        ``fuzz``: members whose outgoing messages a :class:`sim._fuzz.ByzantineFuzzer` tampers with."""
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
@@ -378,7 +383,7 @@ class Simulation:
         self._last_upload: dict[str, np.ndarray] = {}
         self.evidence_seen: set[bytes] = set()
         self._round_jobs: dict[int, list[tuple[str, Any]]] = {}
-        self._interrupted = False
+        self._interrupted: int = 0  # the stop signal taken (SIGINT or SIGTERM), 0 while running
         self._speculated_for = 0  # the latest round whose jobs were speculated
         self._predict_round = 0  # the round whose likely next model is to be previewed once its jobs are done
         self._predict_seen = -1  # the pool's completion count at the last look
@@ -399,6 +404,14 @@ class Simulation:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
         self._committee = genesis_committee(self.genesis)
+        self.fuzzer: ByzantineFuzzer | None = None
+        if fuzz is not None:
+            self.fuzzer = ByzantineFuzzer(
+                peers=frozenset(self.peers_by_index(i) for i in fuzz.members), keys=self.keys, genesis=self.genesis,
+                seed=fuzz.seed, rate=fuzz.rate, dim=self.theta0.shape[0], only=fuzz.only,
+                also_byzantine=self._scenario_faulty,
+            )
+        self._coordinators = {1: self._coordinator_now()}  # height -> its view-0 primary (the 'coordinator' target)
 
     @staticmethod
     def _dataset_params(scenario: Scenario) -> dict[str, Any]:
@@ -474,6 +487,13 @@ class Simulation:
         """The view-0 primary of the height being decided (the 'coordinator' fault target)."""
         return primary(self._committee, self.head_hash, self._written + 1, 0)
 
+    def _scenario_faulty(self, peer: str, height: int) -> bool:
+        """Does a fault of the scenario's adversary section control ``peer`` at ``height`` (any kind)?"""
+        for target, f in self._faults:
+            if height >= f.from_round and (target == peer or (target is None and self._coordinators.get(height) == peer)):
+                return True
+        return False
+
     def _faulty(self, peer: str, kind: str) -> bool:
         if not self._faults:
             return False
@@ -543,7 +563,12 @@ class Simulation:
                 return True
         return False
 
-    def _send(self, frm: str, fx: Transmit) -> None:
+    def _send(self, frm: str, fx: Transmit, *, tampered: bool = False) -> None:
+        if self.fuzzer is not None and not tampered and frm in self.fuzzer.peers:
+            for to, data in self.fuzzer.outgoing(frm, fx.to, fx.data):
+                if to != frm:
+                    self._send(frm, Transmit(to=to, data=data, kind=fx.kind), tampered=True)
+            return
         self.bytes_by_kind[fx.kind] = self.bytes_by_kind.get(fx.kind, 0) + len(fx.data)
         self.messages_by_kind[fx.kind] = self.messages_by_kind.get(fx.kind, 0) + 1
         if self._faulty(frm, "drop") or self._faulty(fx.to, "drop"):
@@ -606,6 +631,8 @@ class Simulation:
                 self._on_decided(peer, fx)
             elif isinstance(fx, Misbehavior):
                 self.evidence_seen.add(sha256(fx.evidence.encode()))  # type: ignore[attr-defined]
+                if self.fuzzer is not None:
+                    self.fuzzer.on_evidence(peer, fx.evidence, where=f"node n{self.index[peer]} at {self._now_us} µs")
 
     # --- training ----------------------------------------------------------------------------------
 
@@ -850,12 +877,17 @@ class Simulation:
         block = fx.block
         h = block.height
         assert fx.model is not None and sha256(vector_to_blob(fx.model)) == block.payload.model_digest
+        if self.fuzzer is not None:
+            for ev in block.payload.evidence:
+                self.fuzzer.on_evidence(block.header.proposer, ev, where=f"block {h}")
         if self._writer is not None:
             order = sorted(fx.blobs)
             self._writer.submit(block, [fx.blobs[d] for d in order], order)
         self._written = h
         self.head_hash = block.hash()
         self._committee = block.payload.next_committee
+        self._coordinators[h + 1] = self._coordinator_now()
+        self._coordinators.pop(h - 64, None)
         for u in block.payload.updates:
             if (u.peer, u.fl_round) in self._pending_state:
                 self._client_state[u.peer] = self._pending_state.pop((u.peer, u.fl_round))
@@ -932,17 +964,30 @@ class Simulation:
         """Take Ctrl-C between events, not inside one: an interrupt in the middle of sending a block to the
         ledger writer would leave half a message in its pipe, and the drain that keeps every decided block
         would then wait forever. The first Ctrl-C stops the loop after the current event; a second one
-        raises at once. Only in the main thread, and only where Python's default handler is installed."""
-        if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        raises at once. SIGTERM (``kill``, a service manager) is the same clean stop and ends in
+        ``node.Terminated`` (a KeyboardInterrupt), in a top-level process only (a pool's worker keeps SIGTERM as its pool's
+        stop). Only in the main thread, and only where Python's default handler is installed (SIGTERM: none);
+        the forked helpers reset both."""
+        if threading.current_thread() is not threading.main_thread():
             return lambda: None
+        top_level = multiprocessing.parent_process() is None
 
-        def on_sigint(signum: int, frame: Any) -> None:
+        def on_stop(signum: int, frame: Any) -> None:
             if self._interrupted:
-                raise KeyboardInterrupt
-            self._interrupted = True
+                raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            self._interrupted = signum
 
-        signal.signal(signal.SIGINT, on_sigint)
-        return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+        restore: list[tuple[int, Any]] = []
+        for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+            if signal.getsignal(sig) is default and (sig == signal.SIGINT or top_level):
+                signal.signal(sig, on_stop)
+                restore.append((sig, default))
+
+        def undo() -> None:
+            for sig, default in restore:
+                signal.signal(sig, default)
+
+        return undo
 
     def _loop(self) -> None:
         for pid in self.peers:
@@ -966,6 +1011,8 @@ class Simulation:
                 self._push(at + self._tick_us, "tick", None)
             elif kind == "deliver":
                 frm, to, payload = data
+                if self.fuzzer is not None and to in self.fuzzer.peers:
+                    self.fuzzer.observe(frm, payload)
                 if not self._faulty(to, "drop"):
                     self._apply(to, self.nodes[to].on_message(frm, payload))
             elif kind == "trained":
@@ -974,7 +1021,7 @@ class Simulation:
             if self._predict_round:
                 self._maybe_predict()
             if self._interrupted:
-                raise KeyboardInterrupt
+                raise Terminated if self._interrupted == signal.SIGTERM else KeyboardInterrupt
             if self._written != last_written:
                 last_written, last_progress_us = self._written, at
             elif at - last_progress_us > round_budget_us:

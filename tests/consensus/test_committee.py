@@ -9,8 +9,12 @@ import random
 import pytest
 
 from consensus import (
+    EVIDENCE_KINDS,
+    KIND_INVALID_SCORE_ROW,
+    SLOT_KINDS,
     CmflParams,
     CommitteeConfigError,
+    ForgedScoreRow,
     RemoteProtocolError,
     ScoreRow,
     check_cmfl_payload,
@@ -28,21 +32,26 @@ from consensus import (
     sample_training_clients,
     select_clients,
     sign_score_row,
+    check_evidence_claim,
     update_equivocation_evidence,
+    verify_score_row,
 )
 from ledger import (
     COMMITTEE_MODE,
     ChainContext,
+    Evidence,
     Genesis,
     KeyPair,
     Member,
     ModelSpec,
     Payload,
     ProtocolParams,
+    SignatureError,
     SignedMessage,
     check_evidence,
     primary,
     sha256,
+    sign_bytes,
     sign_update,
 )
 
@@ -296,3 +305,92 @@ def test_non_finite_distances_are_rejected_before_scoring():
         body = {"distances": {"k": bad}, "reference": b"\0" * 32, "updates": {"k": (b"\1" * 32, 1, b"\2" * 64)}}
         with pytest.raises((RemoteProtocolError, ValueError)):
             parse_score_row(SignedMessage(signer=key.peer_id, kind="cmfl_scores", height=1, view=0, body=body, signature=b"\0" * 64))
+
+
+# --- issue 13: a member cannot frame a client through its own score row ---------------------------------
+
+
+def _misquote(r: _Round, member_index: int, client_index: int = 0) -> SignedMessage:
+    """Member ``member_index``'s row with client ``client_index``'s n_samples changed (the client's signature
+    kept), re-signed by the member: what a Byzantine committee member can send."""
+    g, keys = _genesis(13, 4)
+    by_id = {k.peer_id: k for k in keys}
+    row = parse_score_row(r.rows[member_index])
+    k = r.training[client_index]
+    u = row.updates[k]
+    forged = dict(row.updates)
+    forged[k] = dataclasses.replace(u, n_samples=u.n_samples + 1)
+    return sign_score_row(by_id[row.member], CHAIN, r.height, distances=row.distances, updates=forged, reference=row.reference)
+
+
+def test_a_row_that_misquotes_a_client_is_the_members_provable_fault():
+    r = _Round()
+    bad = _misquote(r, 1)
+    for good in r.rows:
+        assert verify_score_row(r.ctx, good).member == good.signer
+    with pytest.raises(ForgedScoreRow) as exc:
+        verify_score_row(r.ctx, bad)
+    ev = exc.value.evidence
+    assert ev.kind == KIND_INVALID_SCORE_ROW and ev.offender == bad.signer and ev.exhibits == (bad,)
+    assert r.training[0] in ev.reason
+    check_evidence(r.ctx, r.height, ev)  # the ledger's form checks accept it
+    assert check_evidence_claim(r.ctx, ev) is None  # and its claim holds for anyone who checks
+    # A proposal that carries the forged row is refused (before the fix: equivocation against the client).
+    payload = r.payload(rows=[r.rows[0], bad, r.rows[2], r.rows[3]])
+    assert "did not sign" in r.check(payload)
+    # Without it, the three honest rows decide: no equivocation, the client is ranked.
+    d = decide_round([verify_score_row(r.ctx, x) for x in (r.rows[0], r.rows[2], r.rows[3])],
+                     training=r.training, committee=r.committee, params=r.params)
+    assert d.equivocations == () and r.training[0] in d.scores
+
+
+def test_malformed_signed_rows_are_the_signers_fault_and_bad_row_signatures_blame_nobody():
+    r = _Round()
+    g, keys = _genesis(13, 4)
+    member = next(k for k in keys if k.peer_id == r.committee[0])
+    body = {"distances": {"k": -1.0}, "reference": b"\0" * 32, "updates": {"k": (b"\1" * 32, 1, b"\2" * 64)}}
+    signed = SignedMessage(signer=member.peer_id, kind="cmfl_scores", height=r.height, view=0, body=body,
+                           signature=member.sign(sign_bytes(CHAIN, "cmfl_scores", r.height, 0, body)))
+    with pytest.raises(ForgedScoreRow) as exc:
+        verify_score_row(r.ctx, signed)
+    assert exc.value.evidence.offender == member.peer_id and "malformed" in exc.value.evidence.reason
+    unsigned = dataclasses.replace(r.rows[0], signature=b"\0" * 64)
+    with pytest.raises(SignatureError):
+        verify_score_row(r.ctx, unsigned)
+
+
+def test_evidence_claims_anyone_can_check():
+    r = _Round()
+    g, keys = _genesis(13, 4)
+    key = keys[5]
+
+    def signed(kind: str, body: object, height: int = 2, view: int = 0) -> SignedMessage:
+        return SignedMessage(signer=key.peer_id, kind=kind, height=height, view=view, body=body,
+                             signature=key.sign(sign_bytes(CHAIN, kind, height, view, body)))
+
+    def evidence(kind: str, *exhibits: SignedMessage) -> Evidence:
+        x = exhibits[0]
+        return Evidence(kind=kind, offender=x.signer, height=x.height, view=x.view,
+                        exhibits=tuple(sorted(exhibits, key=lambda m: m.encode())), reason="test")
+
+    # equivocation: only over messages an honest member signs once per slot
+    votes = evidence("equivocation", signed("prepare", {"block_hash": b"\1" * 32}), signed("prepare", {"block_hash": b"\2" * 32}))
+    check_evidence(r.ctx, 3, votes)
+    assert check_evidence_claim(r.ctx, votes) is None
+    other = evidence("equivocation", signed("status", {"n": 1}), signed("status", {"n": 2}))
+    check_evidence(r.ctx, 3, other)  # well formed ...
+    assert "may sign more than once" in check_evidence_claim(r.ctx, other)  # ... but proves nothing
+    # invalid_score_row: the exhibited row must really be invalid
+    honest_row = r.rows[2]
+    framed = Evidence(kind="invalid_score_row", offender=honest_row.signer, height=honest_row.height, view=0,
+                      exhibits=(honest_row,), reason="fabricated")
+    assert "is valid" in check_evidence_claim(r.ctx, framed)
+    # invalid_proposal: the exhibit must be the primary's pre-prepare of that height and view
+    pp = evidence("invalid_proposal", signed("pre_prepare", {"header": {}}))
+    assert check_evidence_claim(r.ctx, pp) is None
+    assert "pre_prepare" in check_evidence_claim(r.ctx, evidence("invalid_proposal", signed("commit", {"block_hash": b"\1" * 32})))
+    # kinds honest members never produce
+    assert "unknown evidence kind" in check_evidence_claim(r.ctx, evidence("laziness", signed("prepare", {"block_hash": b"\1" * 32})))
+    assert set(EVIDENCE_KINDS) == {"equivocation", "invalid_proposal", "invalid_score_row"}
+    assert {"update", "cmfl_scores", "pre_prepare", "prepare", "commit"} <= SLOT_KINDS
+    assert "sync_request" not in SLOT_KINDS

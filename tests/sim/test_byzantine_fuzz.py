@@ -1,0 +1,158 @@
+"""Byzantine peers against real node cores in the simulator (issue 13 item 1).
+
+A Byzantine peer runs the honest node code, and the fuzzer (``sim._fuzz``) tampers with what it sends the
+way a real Byzantine peer can: its own score rows, votes, pre-prepares and update commitments changed and
+re-signed with its own key, others' signed messages changed (so they no longer verify), replays, garbage,
+fabricated evidence against honest peers built from their genuine signatures. After every step the fuzzer
+checks that no evidence names an honest peer; an exception out of a node core ends the run with a
+traceback; at the end every round is committed by the honest nodes, none of them ever refused its own
+proposal, and the results ledger verifies with re-execution.
+
+Replay a failure: the parameters are in the test id (scenario, committee size, Byzantine count, seed).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ledger import genesis_committee, primary
+from sim import Simulation, load_scenario, verify_ledger
+from sim._fuzz import MUTATIONS, FuzzSpec
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def _scenario(name: str, *, rounds: int, committee_size: int | None = None, members: int | None = None):
+    """A ready scenario with another committee size, or (coordinator mode) fewer members, all of them sampled."""
+    sc = load_scenario(SCENARIOS / f"{name}.toml", rounds=rounds)
+    if committee_size is None:
+        return sc
+    p = sc.protocol
+    params = dict(p.params)
+    overrides = {}
+    if members is not None:
+        assert p.mode == "coordinator"
+        params["clients"] = members
+        overrides["members"] = members
+    protocol = {
+        "mode": p.mode, "algorithm": p.algorithm, "quorum": p.quorum, "tick_ms": p.tick_ms,
+        "timeout_ticks_train": p.timeout_ticks_train, "params": params, "committee_size": committee_size,
+    }
+    return load_scenario(SCENARIOS / f"{name}.toml", rounds=rounds, protocol=protocol, **overrides)
+
+
+def _fuzzed_run(sc, spec: FuzzSpec, ledger_dir: Path, totals: Counter):
+    sim = Simulation(sc, workers=0, ledger_dir=ledger_dir, fuzz=spec)
+    res = sim.run()  # an exception out of a node core, a FuzzViolation or a LivenessError fails the test here
+    assert [m.fl_round for m in res.rounds] == list(range(1, sc.rounds + 1)), "the honest nodes stopped committing"
+    fuzzer = sim.fuzzer
+    assert fuzzer is not None and fuzzer.steps > 0, "the Byzantine peers never sent anything"
+    for pid, node in sim.nodes.items():
+        assert "own proposal refused" not in node.status().dropped, f"n{sim.index[pid]} refused its own proposal"
+    ok, verdict = verify_ledger(ledger_dir, public=sim.public_eval)
+    assert ok, verdict
+    totals["runs"] += 1
+    totals["rounds"] += len(res.rounds)
+    totals["messages"] += fuzzer.steps
+    totals["tampered"] += sum(v for k, v in fuzzer.counts.items() if k != "consistent" and not k.startswith("fabricate."))
+    totals["fabricated"] += sum(v for k, v in fuzzer.counts.items() if k.startswith("fabricate."))
+    totals["evidence checked"] += fuzzer.evidence_checked
+    return sim, res
+
+
+def _genesis_committee(sc) -> list[int]:
+    """The genesis committee by member index, without the members the scenario's own faults already control."""
+    probe = Simulation(sc, workers=0)
+    taken = {target for target, _ in probe._faults}
+    return sorted(probe.index[p] for p in genesis_committee(probe.genesis) if p not in taken), probe
+
+
+def test_a_member_that_misquotes_a_trainer_in_its_score_row_is_blamed_not_the_trainer(tmp_path, fuzz_totals):
+    """The issue's reproduction: quickstart, 3 rounds; a committee member changes a trainer's commitment inside
+    its own score row (n_samples + 1, the trainer's signature kept) and re-signs the row. Before the fix the
+    proposer built equivocation evidence against the trainer, its own replica refused the proposal and
+    LocalProtocolError aborted the run."""
+    sc = _scenario("quickstart", rounds=3)
+    committee, probe = _genesis_committee(sc)
+    first_primary = probe.index[primary(genesis_committee(probe.genesis), probe.genesis.hash(), 1, 0)]
+    forger = next(i for i in committee if i != first_primary)  # its row reaches the honest primary
+    sim, res = _fuzzed_run(sc, FuzzSpec(members=(forger,), seed=0, rate=1.0, only=("scores.frame_client",)), tmp_path / "ledger", fuzz_totals)
+    forger_id = probe.peers_by_index(forger)
+    assert sim.fuzzer.counts.get("scores.frame_client", 0) >= 1
+    assert sim.fuzzer.accused.get(("invalid_score_row", forger_id), 0) >= 1, sim.fuzzer.accused
+    assert {offender for _, offender in sim.fuzzer.accused} == {forger_id}
+    dropped = sum(n.status().dropped.get("ForgedScoreRow", 0) for n in sim.nodes.values())
+    assert dropped >= 1, "no node saw the forged row"
+
+
+CONFIGS = [
+    # (scenario, committee size, Byzantine peers, seeds): at most f = (C - 1) // 3 of them in any committee
+    ("quickstart", 4, 1, (0, 1)),
+    ("quickstart", 7, 2, (0, 1)),
+    ("coordinator_fedavg", 4, 1, (0, 1)),
+    ("coordinator_fedavg", 7, 2, (0,)),
+    ("coordinator_fedavg", 10, 3, (0,)),  # 10 members, all validating: Byzantine primaries in many views
+]
+
+
+@pytest.mark.parametrize(
+    "name,committee_size,byzantine,seed",
+    [(n, c, b, s) for n, c, b, seeds in CONFIGS for s in seeds],
+)
+def test_byzantine_peers_cannot_crash_stall_or_frame_honest_nodes(tmp_path, fuzz_totals, name, committee_size, byzantine, seed):
+    sc = _scenario(name, rounds=6, committee_size=committee_size, members=10 if committee_size == 10 else None)
+    committee, _ = _genesis_committee(sc)
+    members = tuple(committee[(seed + j) % len(committee)] for j in range(byzantine))
+    sim, _ = _fuzzed_run(sc, FuzzSpec(members=members, seed=seed, rate=0.7), tmp_path / "ledger", fuzz_totals)
+    assert sum(v for k, v in sim.fuzzer.counts.items() if k not in ("consistent",)) > 0
+
+
+def test_fabricated_evidence_against_honest_peers_never_reaches_the_ledger(tmp_path, fuzz_totals):
+    """The Byzantine peers only fabricate evidence (in their proposals) and tamper with votes: invalid_proposal
+    from an honest primary's genuine pre-prepare, invalid_score_row from a genuine row, equivocation from two
+    unrelated genuine messages, unknown kinds. Coordinator mode, 10 members who all validate, 3 of them
+    Byzantine (f = 3), so that they are the primary of many views."""
+    sc = _scenario("coordinator_fedavg", rounds=8, committee_size=10, members=10)
+    spec = FuzzSpec(members=(1, 4, 7), seed=3, rate=1.0, only=("pbft.fabricated_evidence", "pbft.vote_block"))
+    sim, res = _fuzzed_run(sc, spec, tmp_path / "ledger", fuzz_totals)
+    fabricated = {k: v for k, v in sim.fuzzer.counts.items() if k.startswith("fabricate.")}
+    assert sum(fabricated.values()) >= 3, sim.fuzzer.counts
+    assert sum(m.view for m in res.rounds) >= 1, "no proposal with fabricated evidence was refused"
+
+
+def test_fuzz_spec_is_validated():
+    with pytest.raises(ValueError, match="unknown fuzz mutation"):
+        FuzzSpec(members=(1,), only=("scores.nope",))
+    with pytest.raises(ValueError, match="rate"):
+        FuzzSpec(members=(1,), rate=1.5)
+    assert "scores.frame_client" in MUTATIONS and "update.bad_blob" in MUTATIONS
+
+
+CAMPAIGN = [
+    # (scenario, committee size, Byzantine peers, members override, mutations): the scenario's own faults
+    # (coordinator_corrupt's corrupt coordinator, committee_crash's crashed member) count towards f
+    ("quickstart", 4, 1, None, ()),
+    ("quickstart", 7, 2, None, ()),
+    ("coordinator_fedavg", 4, 1, None, ()),
+    ("coordinator_fedavg", 7, 2, None, ()),
+    ("coordinator_fedavg", 10, 3, 10, ()),
+    ("coordinator_fedavg", 10, 3, 10, ("pbft.fabricated_evidence", "pbft.model_digest", "pbft.drop_update",
+                                       "pbft.next_committee", "scores.frame_client")),
+    ("coordinator_corrupt", 7, 1, None, ()),
+    ("committee_crash", 7, 1, None, ()),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,committee_size,byzantine,members,only", CAMPAIGN)
+def test_byzantine_fuzz_campaign(tmp_path, fuzz_totals, name, committee_size, byzantine, members, only):
+    """The long run: 25 seeds per configuration, 10 rounds each."""
+    sc = _scenario(name, rounds=10, committee_size=committee_size, members=members)
+    committee, _ = _genesis_committee(sc)
+    for seed in range(25):
+        chosen = tuple(committee[(seed + j) % len(committee)] for j in range(byzantine))
+        spec = FuzzSpec(members=chosen, seed=seed, rate=1.0 if only else 0.7, only=only)
+        _fuzzed_run(sc, spec, tmp_path / f"ledger-{seed}", fuzz_totals)
