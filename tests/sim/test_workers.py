@@ -177,6 +177,9 @@ def test_ctrl_c_keeps_every_decided_block_and_leaves_no_process(tmp_path):
         [sys.executable, "-m", "concilium", "sim", "run", str(SCENARIOS / "coordinator_fedavg.toml"),
          "--rounds", "2000", "--workers", "1", "--quiet", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        # a shell without job control starts background jobs with SIGINT ignored (POSIX) and children inherit
+        # that: give the run a terminal's Ctrl-C whatever started the tests
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
