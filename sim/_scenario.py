@@ -54,6 +54,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ledger import Timeouts
 from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
 from node._errors import ConfigFileError
 from node.config import load_toml, record_from_toml
@@ -134,9 +135,15 @@ class ProtocolSection:
         _check(self.quorum in QUORUM_RULES, f"quorum must be one of {', '.join(QUORUM_RULES)}")
         _check(1 <= self.committee_size <= MEMBERS_MAX, f"committee_size must be in [1, {MEMBERS_MAX}]")
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
-        from ledger import Timeouts  # noqa: PLC0415
+        self.timeouts()  # the genesis checks the same fields: fail when the file loads, not when the run starts
+        if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
+            from node._rounds import sampling_seed_of  # noqa: PLC0415
 
-        Timeouts(  # the genesis checks the same fields: fail when the file loads, not when the run starts
+            sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
+
+    def timeouts(self) -> Timeouts:
+        """The genesis ``protocol.timeouts`` of this section (``ledger.Timeouts`` validates them)."""
+        return Timeouts(
             tick_ms=self.tick_ms,
             timeout_ticks_train=self.timeout_ticks_train,
             timeout_ticks_propose=self.timeout_ticks_propose,
@@ -144,10 +151,6 @@ class ProtocolSection:
             timeout_ticks_commit=self.timeout_ticks_commit,
             timeout_ticks_view_change=self.timeout_ticks_view_change,
         )
-        if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
-            from node._rounds import sampling_seed_of  # noqa: PLC0415
-
-            sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
