@@ -194,6 +194,9 @@ class Cluster:
         :attr:`proposal_requests` until :meth:`propose_pending`.
     check:
         Check the invariants after every event (the default).
+    resume:
+        Call :meth:`Replica.resume` once a ``Commit`` is applied, as the node does (the default); else the
+        held input waits for the next delivery or tick (a host that never calls it).
     """
 
     def __init__(
@@ -210,6 +213,7 @@ class Cluster:
         rotate: bool = False,
         auto_propose: bool = True,
         check: bool = True,
+        resume: bool = True,
     ) -> None:
         byzantine = dict(byzantine or {})
         n = size if members is None else members
@@ -222,6 +226,7 @@ class Cluster:
             "byzantine": byzantine,
             "disagree": tuple(disagree),
             "rotate": rotate,
+            "resume": resume,
         }
         self.seed = seed
         self.rng = SplitMix64(seed)
@@ -248,6 +253,7 @@ class Cluster:
         self.faults = faults
         self.check = check
         self.auto_propose = auto_propose
+        self.resume = resume
         self.proposal_requests: list[tuple[str, int, int]] = []
         self.config = config if config is not None else default_replica_config()
         self.now = 0
@@ -317,6 +323,8 @@ class Cluster:
     def _validator(self, peer: str) -> Callable[[Proposal], str | None]:
         def validate(p: Proposal) -> str | None:
             st = self.replicas[peer].chain_state
+            if len(self.chains[peer]) != st.height:  # a host judges with its own state: it must be current
+                self._fail(f"{peer} was asked to validate height {p.header.height} before it applied block {st.height}")
             reason = None
             if peer in self.disagree:
                 reason = "cannot re-execute (update blobs missing)"
@@ -487,6 +495,8 @@ class Cluster:
                 match e:
                     case Commit(block=block):
                         self._on_commit(p, block)
+                        if self.resume:  # as a node does once it applied the block
+                            work.append((p, self.replicas[p].resume()))
                     case Send(to=to, message=m):
                         self._send(p, (to,), m)
                     case Broadcast(to=to, message=m):

@@ -28,8 +28,14 @@ if any carries a prepared certificate, a pre-prepare of the highest one's *uncha
 a fresh proposal (``RequestProposal``).
 
 Retransmission: while a view is stuck in a phase, every ``timeout_ticks_retransmit`` the replica
-re-sends its own messages of the view to the members that have not shown they have them (nothing is
-re-sent while views make progress).
+re-sends its own messages of the view to the members that have not shown they have them, and a stuck
+VIEW-CHANGE to every member (nothing is re-sent while views make progress). A member that sends a
+VIEW-CHANGE for a view this replica has left gets this replica's own VIEW-CHANGE for that view back, so
+members split across two views cannot wait for each other for ever.
+
+After a ``Commit`` the replica stops handling its input until the host has applied the block
+(:meth:`Replica.resume`, or the next ``step``/``tick``/``propose``): the host's ``validate`` then judges the
+next height's proposal against the next height's state.
 
 Catch-up: a replica that is not in the height's committee observes. Decided blocks travel as
 ``Message(block=...)`` and are accepted at the current height on their certificate alone: the first
@@ -366,6 +372,7 @@ class Replica:
         proposed, or its own ``validate`` refuses the proposal.
         """
         fx = self.start()
+        self._paused = False  # the host handled the RequestProposal, so also the Commit that came before it
         if (height, view) != (self._h, self._view) or self._phase is not Phase.PROPOSE:
             self._stale_proposals += 1
             return fx
@@ -530,6 +537,13 @@ class Replica:
             if v < self._view and kind != KIND_COMMIT:
                 raise RemoteProtocolError("stale_view", f"{kind} for view {v} < {self._view}")
         elif v < self._view or (v == self._view and self._phase is not Phase.VIEW_CHANGE):
+            ours = self._log.sent.get((KIND_VIEW_CHANGE, v)) if kind == KIND_VIEW_CHANGE else None
+            if ours is not None and s.signer != self._me:
+                # pBFT §4.5.2 liveness: a member still collecting view changes for v (ours was lost on the way)
+                # cannot reach its quorum once everyone else moved on, nor join a higher view on f + 1 that
+                # Byzantine members withhold; our own VIEW-CHANGE for v lets it, then its timer moves it up.
+                self._verify(s)
+                fx.append(Send(to=s.signer, message=ours))
             raise RemoteProtocolError("stale_view", f"{kind} for view {v}, replica in view {self._view}")
         self._verify(s)
         self._register(s, fx)
@@ -693,8 +707,10 @@ class Replica:
         self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
         v, sent = self._view, self._log.sent
         if self._phase is Phase.VIEW_CHANGE:
-            have = self._log.view_changes.get(v, {})
-            self._resend(sent.get((KIND_VIEW_CHANGE, v)), [p for p in self._others if p not in have], fx)
+            # To every other member: a peer whose VIEW-CHANGE reached us may still lack ours, and without a
+            # quorum of them nobody's view-change timer starts (members split across two views then wait for
+            # each other for ever). Sent only while the view change is stuck, so the cost stays there.
+            self._resend(sent.get((KIND_VIEW_CHANGE, v)), list(self._others), fx)
             return
         pp = self._log.accepted.get(v)
         if pp is None:

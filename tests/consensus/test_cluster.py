@@ -51,10 +51,12 @@ def run_front_crash(c: Cluster, ticks: int) -> None:
         c.recover(p)
 
 
-def run_scenario(size: int, seed: int, kind: str, *, members: int | None = None, rotate: bool = False) -> Cluster:
+def run_scenario(
+    size: int, seed: int, kind: str, *, members: int | None = None, rotate: bool = False, resume: bool = True
+) -> Cluster:
     byzantine, crashed = faulty_members(seed, size, kind)
     faults = FRONT_FAULTS if kind == "front_crash" else FAULTS
-    c = Cluster(size=size, members=members, seed=seed, byzantine=byzantine, faults=faults, rotate=rotate)
+    c = Cluster(size=size, members=members, seed=seed, byzantine=byzantine, faults=faults, rotate=rotate, resume=resume)
     for i in crashed:
         c.crash(c.peers[i])
     if kind == "front_crash":
@@ -114,3 +116,14 @@ def test_majority_quorum_is_not_byzantine_safe(explored):
 def test_sweep(size, kind, explored):
     for seed in range(100, 120):
         explored.add(run_scenario(size, seed, kind))
+
+
+@pytest.mark.parametrize("size,seed,kind", [(7, 116, "forge"), (10, 108, "crash")])
+@pytest.mark.parametrize("resume", [True, False])
+def test_members_split_across_two_views_find_each_other(size, seed, kind, resume, explored):
+    """Two sweeps that once ended with the live honest members split between views v and v + 1, all in
+    VIEW-CHANGE with no timer running: the members at v each lacked one VIEW-CHANGE for v (retransmitted only
+    to members whose own was missing) and those at v + 1 dropped theirs as stale. A stuck VIEW-CHANGE now goes
+    to every member and a stale one is answered with our own for that view. Also checked with a host that
+    never calls ``Replica.resume`` (the held input then waits for the next delivery or tick)."""
+    explored.add(run_scenario(size, seed, kind, resume=resume))
