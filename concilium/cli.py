@@ -50,6 +50,8 @@ from node._errors import NodeError, Terminated
 from node.config import INT_MAX, check_multiaddr, dump_genesis, load_genesis, record_to_toml, write_file_atomic
 from node.keys import generate_key, load_key, save_key
 
+from concilium._net import add_parsers as add_net_parsers
+
 __all__ = ["main"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
@@ -636,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="forked processes that train beside the simulator (default: usable cores - 1, at most 3, "
                          "on Linux with CPU training; 0 = train in-process). The results do not depend on it.")
     sr.set_defaults(func=cmd_sim_run)
+    add_net_parsers(sub, _int_in, ROUNDS_MAX)
     return ap
 
 

@@ -48,6 +48,7 @@ from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, Req
 from consensus._errors import (
     CommitteeConfigError,
     ConsensusError,
+    DurableStateError,
     EquivocationError,
     LocalProtocolError,
     RemoteProtocolError,
@@ -65,7 +66,7 @@ from consensus._messages import (
     decided_message,
     parse,
 )
-from consensus._replica import Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
+from consensus._replica import DURABLE_BYTES_MAX, Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
 
 __all__ = [
     "DISTANCE_FLOOR",
@@ -91,6 +92,8 @@ __all__ = [
     "CommitteeConfigError",
     "CommitteeSizes",
     "ConsensusError",
+    "DURABLE_BYTES_MAX",
+    "DurableStateError",
     "Effect",
     "EquivocationError",
     "ForgedScoreRow",

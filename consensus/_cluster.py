@@ -6,7 +6,10 @@ The harness plays the node's part around each :class:`~consensus.Replica`: it bu
 ``RequestProposal``, validates proposals deterministically, and executes effects.
 
 Network faults (:class:`Faults`): seeded drop, duplicate, delay (whole ticks) and reorder, plus
-``cut``/``isolate``/``partition``/``heal`` and ``crash``/``recover``. Byzantine behaviours
+``cut``/``isolate``/``partition``/``heal`` and ``crash``/``recover``; ``restart`` replaces a replica by a
+new process built from its last decided state and the vote record it persisted (:meth:`Replica.durable`,
+taken after every call into the replica and before that call's messages are sent, as a node fsyncs its
+vote log before a vote leaves it). Byzantine behaviours
 (:data:`BEHAVIOURS`) wrap an honest replica and rewrite what it sends:
 
 * ``silent``: sends nothing (a crash that still listens);
@@ -23,8 +26,11 @@ honest committee members, ``b`` = Byzantine members of that committee), the cert
 verify (``ledger.apply_block``; blocks decided in a later view than proposed with
 :func:`consensus.verify_decided_block` until the ledger accepts them), heights contiguous, and every
 evidence is valid (``ledger.check_evidence``) and names a Byzantine member (an ``invalid_proposal``
-claim against an honest primary may come only from a ``disagree`` replica). A violation raises
-:class:`InvariantViolation` whose message starts with the line that replays it.
+claim against an honest primary may come only from a ``disagree`` replica), and no honest member ever
+sends two different signed messages for one (kind, height, view), across restarts too (checked as they
+are sent: the equivocation evidence of the replicas catches only the pairs that reach one of them within
+the height). A violation raises :class:`InvariantViolation` whose message starts with the line that
+replays it.
 """
 
 from __future__ import annotations
@@ -60,8 +66,10 @@ from consensus._certify import verify_decided_block
 from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
 from consensus._messages import (
     KIND_COMMIT,
+    KIND_NEW_VIEW,
     KIND_PREPARE,
     KIND_VIEW_CHANGE,
+    PBFT_KINDS,
     Message,
     PrePrepare,
     PreparedProof,
@@ -279,12 +287,23 @@ class Cluster:
         self._evidence_checked = 0
         self.refusals = 0
         self.later_view_commits = 0
+        self.signed: dict[tuple[str, str, int, int], bytes] = {}
+        """(signer, kind, height, view) -> signature of every pBFT message an honest member sent (or embedded),
+        for the heights each member has not decided yet."""
+        self._signed_cap = 16384
+        self.persisted: dict[str, bytes] = {}
+        """Each member's last :meth:`Replica.durable` record: its vote log on disk."""
+        self._persisted_version: dict[str, int] = {}
+        self.restarts = 0
         self.replicas: dict[str, Replica] = {}
         for p in self.peers:
-            validate = self._validator(p) if p in self.honest else (lambda proposal: None)
-            self.replicas[p] = Replica(ctx=self.ctx, key=self.keys[p], state=genesis_state(self.ctx), validate=validate, config=self.config)
+            self.replicas[p] = self._new_replica(p, genesis_state(self.ctx), None)
         for p in self.peers:
             self._apply(p, self.replicas[p].start())
+
+    def _new_replica(self, peer: str, state: ChainState, restore: bytes | None) -> Replica:
+        validate = self._validator(peer) if peer in self.honest else (lambda proposal: None)
+        return Replica(ctx=self.ctx, key=self.keys[peer], state=state, validate=validate, config=self.config, restore=restore)
 
     # --- description ----------------------------------------------------------------------------
 
@@ -424,6 +443,22 @@ class Cluster:
     def recover(self, peer: str) -> None:
         self.crashed.discard(peer)
 
+    def restart(self, peer: str, *, forget: bool = False) -> None:
+        """``peer``'s process stops and starts again (it runs from now on, crashed before or not).
+
+        The new :class:`Replica` starts from the last decided state (the block store) and the record it
+        last persisted (the vote log, :attr:`persisted`); ``forget=True`` starts it without the record,
+        as a node without a vote log would, which may sign again differently what it signed before.
+        Messages still in flight to it reach the new process.
+        """
+        state = self.replicas[peer].chain_state
+        record = None if forget else self.persisted.get(peer)
+        self.replicas[peer] = self._new_replica(peer, state, record)
+        self._persisted_version.pop(peer, None)
+        self.crashed.discard(peer)
+        self.restarts += 1
+        self._apply(peer, self.replicas[peer].start())
+
     def drop_in_flight(self, index: int) -> None:
         if self.queue:
             self.queue.pop(index % len(self.queue))
@@ -491,6 +526,7 @@ class Cluster:
         work = [(peer, effects)]
         while work:
             p, fx = work.pop(0)
+            self._persist(p)  # each batch comes straight from a call into p: its votes go to disk first
             for e in fx:
                 match e:
                     case Commit(block=block):
@@ -573,7 +609,39 @@ class Cluster:
             b.voted.add((h, view, d))
             self._send(peer, tuple(side), vote_message(key, CHAIN_ID, KIND_COMMIT, h, view, d))
 
+    def _persist(self, peer: str) -> None:
+        """The node's vote log: save the replica's durable record when it changed."""
+        r = self.replicas[peer]
+        v = r.durable_version
+        if self._persisted_version.get(peer) != v:
+            self._persisted_version[peer] = v
+            self.persisted[peer] = r.durable()
+
+    def _check_signed(self, src: str, message: Message) -> None:
+        """No honest member signs two different messages for one (kind, height, view), restarts included.
+
+        Ed25519 signatures are deterministic, so the same message has the same signature."""
+        s = message.signed
+        if s is None or s.kind not in PBFT_KINDS or s.signer != src:
+            return
+        signed = [(s.signer, s.kind, s.height, s.view, s.signature)]
+        if s.kind == KIND_NEW_VIEW and s.body.get("pre_prepare") is not None:  # the re-proposal inside
+            pp = s.body["pre_prepare"]
+            signed.append((pp["signer"], pp["kind"], pp["height"], pp["view"], pp["signature"]))
+        if len(self.signed) >= self._signed_cap:  # a replica signs only at its current height, never below
+            self.signed = {k: x for k, x in self.signed.items() if k[2] > self.replicas[k[0]].chain_state.height}
+            self._signed_cap = max(16384, 2 * len(self.signed))
+        for signer, kind, h, v, sig in signed:
+            first = self.signed.setdefault((signer, kind, h, v), sig)
+            if first != sig:
+                self._fail(
+                    f"equivocation: honest {signer} sent two different {kind} messages for height {h} view {v} "
+                    f"({self.restarts} restarts so far)"
+                )
+
     def _send(self, src: str, to: Sequence[str], message: Message) -> None:
+        if self.check and src not in self.byzantine:
+            self._check_signed(src, message)
         b = self.byzantine.get(src)
         if b is not None:
             if b.behaviour == "silent":

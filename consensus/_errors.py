@@ -14,8 +14,11 @@ Hierarchy (documented once, as httpx does)::
     ├── LocalProtocolError            our own caller misused the API (``propose`` by a replica that is not
     │                                 the primary, a proposal our own ``validate`` rejects, ...) or an
     │                                 internal invariant broke: a bug in concilium, it crashes
-    └── CommitteeConfigError          CMFL sizes or parameters that cannot work (ω > 50 %, m < 1, an
-                                      unknown strategy); also a ``ValueError``
+    ├── CommitteeConfigError          CMFL sizes or parameters that cannot work (ω > 50 %, m < 1, an
+    │                                 unknown strategy); also a ``ValueError``
+    └── DurableStateError             a replica's durable record (``Replica.durable``) that cannot be
+                                      restored: torn, corrupt, of another chain or member, inconsistent,
+                                      or ahead of the block store; also a ``ValueError``
 
 ``RemoteProtocolError.reason`` is a short snake_case code (``"bad_signature"``, ``"stale_view"``, ...)
 so that drops can be counted; ``str(error)`` says what exactly was wrong. Anything else escaping
@@ -29,6 +32,7 @@ from ledger import Evidence
 __all__ = [
     "CommitteeConfigError",
     "ConsensusError",
+    "DurableStateError",
     "EquivocationError",
     "LocalProtocolError",
     "RemoteProtocolError",
@@ -62,3 +66,8 @@ class LocalProtocolError(ConsensusError):
 
 class CommitteeConfigError(ConsensusError, ValueError):
     """CMFL sizes or parameters that cannot work."""
+
+
+class DurableStateError(ConsensusError, ValueError):
+    """A :meth:`Replica.durable` record that cannot be restored: torn, corrupt, of another chain or
+    member, inconsistent, or ahead of the block store. ``str(error)`` is one line for the operator."""

@@ -45,8 +45,14 @@ retransmitted vote, a ``sync_request``) asks its node to send it a batch of bloc
 (``SendBlocks``, rate limited); a replica that sees a member two heights ahead asks it; observers ask a
 committee member in turn every ``timeout_ticks_sync``.
 
-Not persisted: the votes of the current height. A replica restarted from its last decided state may
-vote again at that height, differently (the node must persist votes first, see the issue note).
+Durability [pBFT §4.4-4.5: each replica keeps its log in stable storage]: :meth:`Replica.durable` is the
+canonical record of what a restarted replica must not forget about the current height (its view, every
+message it signed and sent, its highest prepared certificate with the payload); the host saves it
+whenever :attr:`Replica.durable_version` changes, after storing the batch's decided blocks and *before*
+it sends the batch's messages, and a replica
+built with ``Replica(..., restore=record)`` resumes from it without ever signing a second, different
+message for a (height, view, kind) it signed before (see :meth:`Replica.__init__`). A host that does not
+keep the record restarts as a fresh replica, which may vote again at that height, differently.
 
 Pure: no clock, no randomness, no I/O. Peers are iterated in sorted order. Every buffer is bounded.
 """
@@ -78,6 +84,7 @@ from ledger import (
     make_header,
     merkle_root,
     primary,
+    record,
     sha256,
     sign_bytes,
     update_leaves,
@@ -85,7 +92,7 @@ from ledger import (
 
 from consensus._certify import advance_state, verify_decided_block
 from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
-from consensus._errors import EquivocationError, LocalProtocolError, RemoteProtocolError
+from consensus._errors import DurableStateError, EquivocationError, LocalProtocolError, RemoteProtocolError
 from consensus._messages import (
     KIND_COMMIT,
     KIND_NEW_VIEW,
@@ -111,13 +118,30 @@ from consensus._messages import (
     vote_message,
 )
 
-__all__ = ["Phase", "Refusal", "Replica", "ReplicaConfig", "ReplicaStatus", "Validator"]
+__all__ = [
+    "DURABLE_BYTES_MAX",
+    "DurableStateError",
+    "Phase",
+    "Refusal",
+    "Replica",
+    "ReplicaConfig",
+    "ReplicaStatus",
+    "Validator",
+]
 
 Validator = Callable[[Proposal], "str | None"]
 """``validate(proposal) -> None`` if the replica agrees, else the reason it refuses. Must be deterministic."""
 
 REASON_BYTES_MAX = 1024
 _NEVER = 1 << 62  # a deadline that is not armed
+
+DURABLE_FORMAT = 1
+"""Version of the :meth:`Replica.durable` record."""
+DURABLE_BYTES_MAX = 256 << 20
+"""Largest :meth:`Replica.durable` record a replica restores from (a local file: a bound on memory)."""
+_DURABLE_VIEW_MAX = 1 << 32  # a view no replica reaches (each one waits longer than the last)
+_KIND_ORDER = {KIND_VIEW_CHANGE: 0, KIND_NEW_VIEW: 1, KIND_PRE_PREPARE: 2, KIND_PREPARE: 3, KIND_COMMIT: 4}
+"""The order in which a replica signs its messages of one view (entering it, then the normal case)."""
 
 
 class Phase(enum.StrEnum):
@@ -262,6 +286,31 @@ class _Buffered:
     sender: str | None
 
 
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PreparedRecord:
+    """A prepared certificate with its payload, as stored in the durable record."""
+
+    pre_prepare: SignedMessage
+    prepares: tuple[SignedMessage, ...]
+    payload: Payload
+
+
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _DurableRecord:
+    """What a restarted replica must not forget about its current height (:meth:`Replica.durable`)."""
+
+    format: int
+    chain_id: str
+    signer: str
+    height: int
+    view: int
+    sent: tuple[Message, ...]
+    """Every message it signed and sent at ``height``, sorted by (view, signing order)."""
+    prepared: _PreparedRecord | None
+
+
 class Replica:
     """One member's pBFT replica. Drive it with :meth:`step` (a peer's message), :meth:`tick` (one tick of
     logical time) and :meth:`propose` (the node's proposal, after ``RequestProposal``); execute the
@@ -279,9 +328,41 @@ class Replica:
         ``validate(proposal) -> None | reason``: deterministic re-execution of the proposal by the node.
     config:
         Timeouts and bounds; ``ReplicaConfig.from_timeouts(genesis.protocol.timeouts)`` by default.
+    restore:
+        The last :meth:`durable` record a previous incarnation of this replica saved (its vote log), or
+        None for a replica that has signed nothing since ``state``.
 
-    The constructor's effects (``RequestProposal`` when this replica is the first primary) are returned
-    by the first :meth:`tick` or :meth:`step`, or at once by :meth:`start`.
+    The constructor's effects (``RequestProposal`` when this replica is the first primary; after a
+    restore, the VIEW-CHANGE it signs in that first call) are returned by the first :meth:`tick` or
+    :meth:`step`, or at once by :meth:`start`.
+
+    Restoring [pBFT §4.4-4.5: a replica's log is in stable storage, so a crash-recovered replica is
+    correct, not faulty]. A record of an earlier height than ``state.height + 1`` is ignored: that
+    height is decided, nothing signed there binds any more. A record of a later height is refused: a
+    host stores a decided block before it saves the next height's record, so the block store lost
+    decided blocks, and with them the record of the height it would now decide again. Otherwise the
+    replica reloads its own signed messages (checked: well formed, of this chain, height and member,
+    signed by this replica's key), so that retransmissions re-send the very same bytes and its
+    equivocation registry knows them, and its prepared certificate (checked as a peer's: the primary's
+    pre-prepare and ``q`` votes, and its own COMMIT for that block). Let ``V`` be the view it was in.
+    If it signed nothing at this height and ``V = 0`` it starts afresh (nothing to contradict); if the
+    only message it signed in ``V`` is its VIEW-CHANGE(``V``), it re-enters the view change to ``V``
+    and re-sends that same message; otherwise it moves to a view change to ``V + 1`` carrying its
+    prepared certificate.
+
+    Why this is safe: an honest replica signs PRE-PREPARE, PREPARE, COMMIT and NEW-VIEW only in its
+    current view and VIEW-CHANGE(``v``) only for a view ``v`` above its current one, so after the
+    restart it can sign nothing in a view below ``V``, and in ``V`` at most what it had not signed
+    there (NEW-VIEW, PRE-PREPARE, PREPARE, COMMIT after its VIEW-CHANGE; the registry of new views
+    sent is restored too): it never signs two different messages for one (height, view, kind). Its
+    VIEW-CHANGE carries the highest certificate it prepared before the crash, so quorum intersection
+    [pBFT §4.5.2] holds as if it had never stopped: a block committed by some replica is prepared at
+    ``q`` members and re-proposed by the next NEW-VIEW. The cost is liveness only: a restart in the
+    middle of a height costs this replica (at most) one view change there, and the others one view
+    change if they needed its votes to reach ``q``.
+
+    Raises :class:`DurableStateError` for a record that cannot be restored (torn or corrupt bytes,
+    another chain or member, a signature that is not this replica's, inconsistent contents).
     """
 
     def __init__(
@@ -292,6 +373,7 @@ class Replica:
         state: ChainState,
         validate: Validator,
         config: ReplicaConfig | None = None,
+        restore: bytes | None = None,
     ) -> None:
         if key.peer_id not in ctx.members:
             raise LocalProtocolError(f"{key.peer_id} is not a member of chain {ctx.chain_id}")
@@ -318,12 +400,21 @@ class Replica:
         self._inbox: deque[tuple[Message, str | None]] = deque()
         self._paused = False  # a Commit left in this batch: the host applies it before more input is judged
         self._pending: list[Effect] = []
+        self._durable_key: tuple[int, int, int] | None = None
+        self._durable_version = 0
+        self._view_change_on_start = False  # restored: sign the VIEW-CHANGE in start(), not in __init__
         self._enter_height(state, self._pending)
+        if restore is not None:
+            self._restore(restore)
 
     # --- public API --------------------------------------------------------------------------
 
     def start(self) -> list[Effect]:
-        """Effects produced by the constructor (``RequestProposal`` if this replica proposes first)."""
+        """Effects produced by the constructor (``RequestProposal`` if this replica proposes first; after a
+        restore, the VIEW-CHANGE it signs here, not in the constructor: see :meth:`durable`)."""
+        if self._view_change_on_start:
+            self._view_change_on_start = False
+            self._start_view_change(self._view + 1, self._pending)
         fx, self._pending = self._pending, []
         return fx
 
@@ -429,6 +520,49 @@ class Replica:
             stale_proposals=self._stale_proposals,
         )
 
+    def durable(self) -> bytes:
+        """The canonical record of what this replica must not forget after a restart, for ``Replica(...,
+        restore=...)``: the height, the view, every message it signed and sent at this height, and its
+        highest prepared certificate with the payload [pBFT §4.4-4.5, stable storage of the log].
+
+        A host saves it durably (fsync) whenever :attr:`durable_version` changed, after persisting the
+        batch's ``Commit`` blocks and *before* sending the batch's messages: a vote never leaves the node
+        before it is on disk (DESIGN.md, "Durability"). The replica signs only inside :meth:`start`,
+        :meth:`step`, :meth:`tick`, :meth:`propose` and :meth:`resume`, never in its constructor (a
+        restored replica signs its VIEW-CHANGE in :meth:`start`), so a host may note
+        :attr:`durable_version` right after building it and compare after each call.
+        """
+        log = self._log
+        keys = sorted(log.sent, key=lambda k: (k[1], _KIND_ORDER[k[0]]))
+        prepared = None
+        if log.prepared is not None:
+            proof, payload = log.prepared
+            prepared = _PreparedRecord(pre_prepare=proof.pre_prepare.signed, prepares=proof.prepares, payload=payload)
+        rec = _DurableRecord(
+            format=DURABLE_FORMAT,
+            chain_id=self._ctx.chain_id,
+            signer=self._me,
+            height=self._h,
+            view=self._view,
+            sent=tuple(log.sent[k] for k in keys),
+            prepared=prepared,
+        )
+        return rec.encode()  # type: ignore[attr-defined]
+
+    @property
+    def durable_version(self) -> int:
+        """A counter that grows whenever :meth:`durable` would return different bytes (cheap to read).
+
+        Within a height the record only grows: messages are added to it (never replaced), the view only
+        rises and the prepared certificate changes only together with a new COMMIT; a new height starts
+        a new record. So ``(height, view, messages signed)`` changes exactly when the record does.
+        """
+        key = (self._h, self._view, len(self._log.sent))
+        if key != self._durable_key:
+            self._durable_key = key
+            self._durable_version += 1
+        return self._durable_version
+
     @property
     def peer_id(self) -> str:
         return self._me
@@ -481,6 +615,133 @@ class Replica:
 
     def _primary(self, view: int) -> str:
         return primary(self._committee, self._state.head_hash, self._h, view)
+
+    # --- durability [pBFT §4.4-4.5: the log in stable storage] ------------------------------------
+
+    def _restore(self, data: bytes) -> None:
+        """Resume from a :meth:`durable` record (rules and safety argument: :meth:`__init__`)."""
+        rec = self._load_record(data)
+        if rec is None:
+            return
+        h, log = self._h, self._log
+        for m in rec.sent:
+            s = m.signed
+            assert s is not None
+            log.sent[(s.kind, s.view)] = m
+            log.bodies[(self._me, s.kind, s.view)] = s
+            parsed = parse(m)
+            match parsed:
+                case PrePrepare():
+                    assert parsed.payload is not None
+                    log.proposals.setdefault(parsed.block_hash, Proposal(parsed.header, parsed.payload))
+                case Vote() if s.kind == KIND_PREPARE:
+                    log.prepares.setdefault((s.view, parsed.block_hash), {})[self._me] = s
+                case Vote():
+                    log.commits.setdefault((s.view, parsed.block_hash), {})[self._me] = s
+                case ViewChange():
+                    log.view_changes.setdefault(s.view, {})[self._me] = parsed
+                case NewView():
+                    log.new_view_sent.add(s.view)
+                    if parsed.pre_prepare is not None:
+                        pp = parsed.pre_prepare
+                        assert pp.payload is not None
+                        log.bodies[(self._me, KIND_PRE_PREPARE, s.view)] = pp.signed
+                        log.proposals.setdefault(pp.block_hash, Proposal(pp.header, pp.payload))
+        if rec.prepared is not None:
+            proof, payload = self._load_prepared(rec)
+            log.prepared = (proof, payload)
+            log.proposals.setdefault(proof.pre_prepare.block_hash, Proposal(proof.pre_prepare.header, payload))
+        v = rec.view
+        at_v = {s.kind for m in rec.sent if (s := m.signed) is not None and s.view == v}
+        if not rec.sent and (v == 0 or not self._in_committee):
+            return  # signed nothing at this height: the fresh start of the constructor is the same
+        fx: list[Effect] = []  # no RequestProposal for view 0: this replica is past it
+        self._view = v
+        if at_v == {KIND_VIEW_CHANGE}:  # re-enter the view change to v with the same VIEW-CHANGE
+            self._phase = Phase.VIEW_CHANGE
+            self._deadline = _NEVER
+            self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
+            fx.append(Broadcast(to=self._others, message=log.sent[(KIND_VIEW_CHANGE, v)]))
+            self._arm_view_change()
+        else:  # it may have signed in v: only a higher view is safe (pBFT §4.5.2), from start() on
+            self._phase = Phase.VIEW_CHANGE
+            self._deadline = _NEVER
+            self._view_change_on_start = True
+        assert self._h == h
+        self._pending = fx
+
+    def _load_record(self, data: bytes) -> _DurableRecord | None:
+        """Decode and check a durable record; None if it is for another height and can be ignored."""
+
+        def bad(why: str) -> DurableStateError:
+            return DurableStateError(f"vote record of {self._me}: {why}")
+
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise bad(f"expected bytes, got {type(data).__name__}")
+        try:
+            rec: _DurableRecord = _DurableRecord.decode(bytes(data), bytes_max=DURABLE_BYTES_MAX)  # type: ignore[attr-defined]
+        except (LedgerError, ValueError, TypeError) as e:
+            raise bad(f"malformed: {e}") from None
+        if rec.format != DURABLE_FORMAT:
+            raise bad(f"unsupported format {rec.format} (this version reads {DURABLE_FORMAT})")
+        if rec.chain_id != self._ctx.chain_id:
+            raise bad(f"of chain {rec.chain_id!r:.60}, not {self._ctx.chain_id!r}")
+        if rec.signer != self._me:
+            raise bad(f"of member {rec.signer!r:.60}")
+        if not 1 <= rec.height < 1 << 62 or not 0 <= rec.view <= _DURABLE_VIEW_MAX:
+            raise bad(f"height {rec.height} or view {rec.view} out of range")
+        if rec.height < self._h:
+            return None  # stale: that height is decided
+        if rec.height > self._h:
+            raise bad(
+                f"of height {rec.height} but the block store ends at height {self._h - 1}: decided blocks were "
+                f"lost, and its votes at height {self._h} with them; refusing to start (it could sign twice)"
+            )
+        if not self._in_committee and (rec.sent or rec.prepared is not None):
+            raise bad(f"it signed votes at height {rec.height}, whose committee does not include it")
+        seen: set[tuple[str, int]] = set()
+        for m in rec.sent:
+            s = m.signed
+            if s is None or m.block is not None:
+                raise bad("a sent entry is not a signed message")
+            if s.kind not in PBFT_KINDS or s.signer != self._me or s.height != rec.height or s.view > rec.view:
+                raise bad(f"a sent {s.kind!r:.40} of ({s.height}, {s.view}) by {s.signer!r:.60} does not belong here")
+            if (s.kind, s.view) in seen:
+                raise bad(f"two {s.kind} messages for view {s.view}")
+            seen.add((s.kind, s.view))
+            try:
+                parse(m)
+                self._verify(s, "bad_vote_record")
+            except RemoteProtocolError as e:
+                raise bad(f"its {s.kind} of view {s.view}: {e}") from None
+        return rec
+
+    def _load_prepared(self, rec: _DurableRecord) -> tuple[PreparedProof, Payload]:
+        """The record's prepared certificate, checked as a peer's, and consistent with its own COMMIT."""
+        assert rec.prepared is not None
+        p = rec.prepared
+        try:
+            pp = parse(Message(signed=p.pre_prepare, payload=p.payload))
+            if not isinstance(pp, PrePrepare):
+                raise RemoteProtocolError("malformed", "the prepared certificate needs a pre_prepare")
+            w, bh = pp.signed.view, pp.block_hash
+            if pp.signed.height != rec.height or w > rec.view:
+                raise RemoteProtocolError("malformed", f"certificate of ({pp.signed.height}, {w})")
+            last = ""
+            for s in p.prepares:
+                vote = parse(Message(signed=s))
+                ok = isinstance(vote, Vote) and s.kind == KIND_PREPARE and (s.height, s.view) == (rec.height, w)
+                if not ok or vote.block_hash != bh or not s.signer > last or s.signer == pp.signed.signer:  # type: ignore[union-attr]
+                    raise RemoteProtocolError("malformed", "prepares must be sorted, unique PREPAREs of its block")
+                last = s.signer
+            proof = PreparedProof(PrePrepare(pp.signed, pp.header, bh, None), p.prepares)
+            self._check_proof(proof, "bad_vote_record")
+        except RemoteProtocolError as e:
+            raise DurableStateError(f"vote record of {self._me}: prepared certificate: {e}") from None
+        own = self._log.sent.get((KIND_COMMIT, w))
+        if own is None or own.signed is None or own.signed.body.get("block_hash") != bh:
+            raise DurableStateError(f"vote record of {self._me}: prepared in view {w} without its own COMMIT there")
+        return proof, p.payload
 
     # --- input loop ----------------------------------------------------------------------------
 

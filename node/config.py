@@ -36,9 +36,12 @@ from ledger import Genesis, LedgerError, public_key_from_peer_id
 from node._errors import ConfigFileError, NodeError, OutputPathError
 
 __all__ = [
+    "NodeConfig",
+    "NodeDataConfig",
     "check_multiaddr",
     "dump_genesis",
     "load_genesis",
+    "load_node_config",
     "load_toml",
     "record_from_toml",
     "record_to_toml",
@@ -48,6 +51,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+STATUS_FILE = "status.json"
+"""A running node's last status, in its data dir (``concilium node status``, container health checks)."""
 CONFIG_BYTES_MAX = 16 << 20
 CONFIG_DEPTH_MAX = 32
 """Nesting of tables and arrays in a config file (the schemas need 4; tomllib recurses per level)."""
@@ -421,3 +426,63 @@ def _fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# --- node config files (``concilium node start --config``) ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeDataConfig:
+    """Where a node's local training data comes from. Today: member ``member`` of a scenario's embedded
+    dataset partition (``scenario`` = a scenario file or a bundled name), for demos and local testnets."""
+
+    scenario: str = ""
+    member: int = -1
+
+    def __post_init__(self) -> None:
+        if not self.scenario:
+            raise ValueError("data.scenario is required (a scenario file or a bundled scenario name)")
+        if not 0 <= self.member < 1 << 20:
+            raise ValueError(f"data.member must be a member index >= 0, got {self.member}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """A node's config file: relative paths are relative to the file's folder."""
+
+    genesis: str
+    key: str
+    data_dir: str
+    listen: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/4001",)
+    peers: tuple[str, ...] = ()
+    """``/ip4/HOST/tcp/PORT/p2p/PEERID`` addresses of other members (beside the genesis ``addr=`` entries)."""
+    log_format: str = "human"
+    status_every_s: float = 5.0
+    data: NodeDataConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.log_format not in ("human", "json"):
+            raise ValueError(f"log_format must be 'human' or 'json', got {self.log_format!r:.40}")
+        if not 0.1 <= self.status_every_s <= 86400:
+            raise ValueError(f"status_every_s must be in [0.1, 86400], got {self.status_every_s}")
+        for a in self.listen:
+            check_multiaddr(a)
+        for a in self.peers:
+            check_multiaddr(a)
+            if "/p2p/" not in a:
+                raise ValueError(f"peer address {a!r:.80} must end in /p2p/<peer id>")
+
+
+def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read a node config file; relative paths in it become relative to its folder."""
+    p = Path(path)
+    cfg = record_from_toml(NodeConfig, load_toml(p, what="node config"), source=str(p))
+    base = p.parent
+
+    def rel(x: str) -> str:
+        return x if not x or os.path.isabs(x) else str(base / x)
+
+    data = cfg.data
+    if data is not None and (data.scenario.endswith(".toml") or "/" in data.scenario):
+        data = dataclasses.replace(data, scenario=rel(data.scenario))
+    return dataclasses.replace(cfg, genesis=rel(cfg.genesis), key=rel(cfg.key), data_dir=rel(cfg.data_dir), data=data)

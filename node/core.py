@@ -250,6 +250,23 @@ class NodeCore:
         The host's public-split evaluator, for strategies that score models on one (Sself).
     decoder:
         An envelope decoder to share (its memo decodes identical bytes once per process); default: private.
+    block_source:
+        ``height -> Block | None``: the host's block store, to serve a peer that syncs heights older than
+        the few this node keeps in memory (a node restarted from its data directory, or one that joins late).
+    archive:
+        Fetch every blob a decided block references (the updates, the strategy state), not only the model, so
+        this node's own ledger can be re-executed (``concilium ledger verify``) even for the rounds it did not
+        validate. A runtime node archives; the simulator writes one ledger from the validators' reports.
+    model_missing:
+        The model of ``state`` is not at hand (a node restarted before its blob was stored): ``initial_model``
+        is then the genesis model, for its dimension only, and the state's model is fetched from peers.
+    replica_restore:
+        The replica's durable record (:meth:`consensus.Replica.durable`) from before a restart, so it never
+        signs two different messages for one (height, view).
+    start_tick:
+        The tick this node starts at (a runtime maps the wall clock to ticks: the block time a proposer
+        injects, ``genesis_time_ms + tick × tick_ms``, is then wall time; it is bounded below by the last
+        block's time either way).
     """
 
     def __init__(
@@ -266,8 +283,15 @@ class NodeCore:
         ctx: ChainContext | None = None,
         public: PublicEval | None = None,
         decoder: EnvelopeDecoder | None = None,
+        block_source: Callable[[int], Block | None] | None = None,
+        archive: bool = False,
+        start_tick: int = 0,
+        model_missing: bool = False,
+        replica_restore: bytes | None = None,
     ) -> None:
         self._rules = RoundRules(genesis, ctx=ctx, public=public)
+        self._block_source = block_source
+        self._archive = archive
         self._decoder = decoder if decoder is not None else EnvelopeDecoder(memo_bytes=1 << 20)
         self._ctx = self._rules.ctx
         self._genesis = genesis
@@ -278,16 +302,20 @@ class NodeCore:
         self._state = state if state is not None else genesis_state(self._ctx)
         model = np.ascontiguousarray(initial_model, dtype=np.float32)
         model_blob = vector_to_blob(model)
-        if sha256(model_blob) != self._state.model_digest:
+        if model_missing:  # ``initial_model`` only gives the dimension; the state's model is fetched from peers
+            if sha256(model_blob) != genesis.model.digest:
+                raise ValueError("initial_model does not match the genesis model digest")
+        elif sha256(model_blob) != self._state.model_digest:
             raise ValueError("initial_model does not match the chain state's model digest")
-        self._blobs.put(model_blob)
+        else:
+            self._blobs.put(model_blob)
         self._dim = model.shape[0]
         self._upload_dim = self._rules.upload_dim(self._dim)
-        self._model: np.ndarray | None = model
+        self._model: np.ndarray | None = None if model_missing else model
         self._history = self._rules.new_history()
         self._timeouts = genesis.protocol.timeouts
         self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
-        self._now = 0
+        self._now = int(start_tick)
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
         self._unprovable: set[tuple[int, int, str]] = set()
@@ -314,11 +342,14 @@ class NodeCore:
             self._algo_state = self._blob(self._state.state_digest)
             self._algo_state_missing = self._algo_state is None
             if self._algo_state_missing:
-                self._want[self._state.state_digest] = 0
+                self._want[self._state.state_digest] = self._now
+        if model_missing:
+            self._want[self._state.model_digest] = self._now
+        restore = {} if replica_restore is None else {"restore": replica_restore}
         self._replica = Replica(
-            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config
+            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore
         )
-        self._round = _Round(self._rules.plan(self._state, self._history), 0)
+        self._round = _Round(self._rules.plan(self._state, self._history), self._now)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -678,6 +709,8 @@ class NodeCore:
                 case SendBlocks(to=to, start=start, stop=stop):
                     for h in range(start, stop):
                         b = self._decided.get(h)
+                        if b is None and self._block_source is not None:
+                            b = self._block_source(h)
                         if b is not None:
                             self._out.append(Transmit(to=to, data=self._pbft_bytes(decided_message(b)), kind="pbft"))
                 case RequestProposal(height=h, view=v):
@@ -756,6 +789,10 @@ class NodeCore:
         if self._algo_state_missing:
             assert sd is not None
             self._want.setdefault(sd, self._now)
+        if self._archive:  # this node's ledger re-executes: it needs the blobs of the rounds it did not validate
+            for d in referenced:
+                if not self._blobs.has(d) and d not in held:
+                    self._want.setdefault(d, self._now)
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
         h = self._round.plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over

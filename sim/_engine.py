@@ -28,39 +28,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from consensus import KIND_COMMIT, KIND_PREPARE, ReplicaConfig, parse_score_row, sign_score_row
-from consensus._messages import vote_message
+from consensus import ReplicaConfig
 from ledger import (
-    Block,
     ChainContext,
     Genesis,
     KeyPair,
-    Member,
-    ModelSpec,
     Payload,
-    ProtocolParams,
     genesis_committee,
     primary,
     sha256,
-    sign_update,
 )
 from learning._attacks import parse_data_attack, parse_update_attack
 from learning._availability import DROPPED, AvailabilityContext, parse_availability
 from learning._blobs import vector_to_blob
-from learning._data import Dataset, dataset_spec, with_public
-from learning._models import model_spec
-from learning._partition import partition_dataset, partition_spec
-from learning._schedules import SCHEDULES, schedule_spec
-from learning._strategies import ClientJob, LocalOutcome, Strategy, strategy_from_params
-from learning._training import LocalTrainer, LocalTrainingConfig
-from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
+from learning._data import Dataset
+from learning._strategies import Strategy
+from node._wire import EnvelopeDecoder
 from node._errors import Terminated
+from node.adversary import Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from sim._rng import RngTree
+from sim._world import World
 from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
-from sim._scenario import DataSection, FaultConfig, Scenario
+from sim._scenario import FaultConfig, Scenario
 
 __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
 
@@ -158,19 +150,13 @@ class _Adversary(Behavior):
             self.sim._speculate(self.peer, payload, model)
             return payload, model, model_blob
         # a corrupt coordinator/primary: a wrong aggregate (the model moved away from the honest one)
-        noise = self.sim._rng.child("corrupt", self.peer, self.sim._height()).numpy()
-        bad = (model + noise.standard_normal(model.shape).astype(np.float32)).astype(np.float32)
-        blob = vector_to_blob(bad)
-        fields = {f: getattr(payload, f) for f in payload._record_fields}  # type: ignore[attr-defined]
-        fields["model_digest"] = sha256(blob)
         self.sim.corruptions += 1
-        return Payload(**fields), bad, blob
+        return corrupt_proposal(payload, model, self.sim._rng.child("corrupt", self.peer, self.sim._height()).numpy())
 
     def distances(self, distances: dict[str, float]) -> dict[str, float]:
         if not self.sim._faulty(self.peer, "corrupt"):
             return distances
-        # a lying committee member: favours the clients the others rank worst
-        return {k: 1.0 / max(d, 1e-12) for k, d in distances.items()}
+        return lying_distances(distances)
 
 
 class Simulation:
@@ -199,73 +185,21 @@ class Simulation:
             threadpool_limits(1)
         except ImportError:  # pragma: no cover
             pass
-        # --- data, model, trainer
-        splits = dataset_spec(scenario.data.dataset, self._dataset_params(scenario)).load()
-        if scenario.data.public_size:
-            splits = with_public(splits, seed=self._rng.child("public").seed64() % 2**32, size=scenario.data.public_size)
-        self.public_data = splits.public
-        self.test = splits.test
-        pparams = dict(scenario.data.partition_params)
-        from learning._partition import PARTITIONS  # noqa: PLC0415
-
-        pcls = PARTITIONS.get(scenario.data.partition)
-        if pcls is not None and "num_clients" in getattr(pcls, "__dataclass_fields__", {}):
-            pparams.setdefault("num_clients", scenario.members)
-        elif pcls is not None and "max_clients" in getattr(pcls, "__dataclass_fields__", {}):
-            pparams.setdefault("max_clients", scenario.members)  # natural (per-writer) data: the first N writers
-        part = partition_dataset(
-            partition_spec(scenario.data.partition, pparams), splits.train, seed=self._rng.child("partition").seed64() % 2**32
-        )
-        self.client_data: list[Dataset] = part.client_datasets(splits.train)
-        if len(self.client_data) != scenario.members:
-            raise ValueError(
-                f"the {scenario.data.partition!r} partition made {len(self.client_data)} clients for "
-                f"{scenario.members} members; make them equal"
-            )
-        spec = model_spec(scenario.model.name, dict(scenario.model.params))
-        tr = scenario.training
-        self.trainer = LocalTrainer(
-            spec,
-            LocalTrainingConfig(
-                steps=None if tr.epochs else tr.steps,
-                epochs=tr.epochs or None,
-                batch_size=tr.batch_size,
-                momentum=tr.momentum,
-                weight_decay=tr.weight_decay,
-                prox_mu=tr.prox_mu,
-                sampling=tr.sampling,  # type: ignore[arg-type]
-            ),
-            device=tr.device,
-        )
-        sched_params = dict(tr.schedule_params)
-        fields_ = getattr(SCHEDULES.get(tr.schedule), "__dataclass_fields__", {})
-        for lr_key in ("lr", "lr0"):  # the schedule's base rate is training.lr unless given
-            if lr_key in fields_:
-                sched_params.setdefault(lr_key, tr.lr)
-        self.schedule = schedule_spec(tr.schedule, sched_params)
-        theta0 = self.trainer.initial_parameters(seed=self._rng.child("model-init").seed64() % 2**31)
-        self.theta0 = theta0.detach().cpu().numpy().astype(np.float32)
-        # --- identities and genesis
-        keys = [KeyPair.derive(f"sim-{scenario.name}-{scenario.seed}-{i}") for i in range(scenario.members)]
+        # --- data, model, trainer, identities and genesis: shared with a testnet's node processes
+        world = World.build(scenario)
+        self.world = world
+        self.public_data = world.public_data
+        self.test = world.test
+        self.client_data: list[Dataset] = list(world.client_data)
+        self.trainer = world.trainer
+        self.schedule = world.schedule
+        self.theta0 = world.theta0
+        keys = world.keys
         self.keys = {k.peer_id: k for k in keys}
         self.index = {k.peer_id: i for i, k in enumerate(keys)}
         self.peers = sorted(self.keys)
         p = scenario.protocol
-        self.genesis = Genesis(
-            chain_id=f"sim-{scenario.name}-{scenario.seed}"[:64],
-            genesis_time_ms=0,
-            members=tuple(sorted((Member(peer_id=k.peer_id, public_key=k.public_key, name=f"node-{i}") for i, k in enumerate(keys)), key=lambda m: m.peer_id)),
-            protocol=ProtocolParams(
-                mode=p.mode,
-                algorithm=p.algorithm,
-                committee_size=p.committee_size,
-                quorum=p.quorum,
-                fl_rounds=scenario.rounds,
-                timeouts=p.timeouts(),
-                params=self._protocol_params(p.params, keys),
-            ),
-            model=ModelSpec(name=scenario.model.name, digest=sha256(vector_to_blob(self.theta0)), params=dict(scenario.model.params)),
-        )
+        self.genesis = world.genesis
         first_committee = set(genesis_committee(self.genesis))
         outside = [pid for pid in (k.peer_id for k in keys) if pid not in first_committee]
         self.byzantine = frozenset(outside[: scenario.adversary.byzantine])
@@ -303,10 +237,9 @@ class Simulation:
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
+        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms) for target, f in self._faults])
         # --- the strategy's client side (coordinator mode), availability, public split
-        self.strategy: Strategy | None = None
-        if p.mode != "committee":
-            self.strategy = strategy_from_params(p.algorithm, dict(self.genesis.protocol.params))
+        self.strategy: Strategy | None = world.strategy
         self.public_eval = None
         if self.strategy is not None and self.strategy.needs_public:
             if self.public_data is None:
@@ -405,30 +338,6 @@ class Simulation:
             )
         self._coordinators = {1: self._coordinator_now()}  # height -> its view-0 primary (the 'coordinator' target)
 
-    @staticmethod
-    def _dataset_params(scenario: Scenario) -> dict[str, Any]:
-        """``data.params`` with ``data.test_fraction`` applied where the dataset has a held-out split to size."""
-        from learning._data import DATASETS  # noqa: PLC0415
-
-        params = dict(scenario.data.params)
-        fields_ = getattr(DATASETS.get(scenario.data.dataset), "__dataclass_fields__", {})
-        frac = scenario.data.test_fraction
-        if "test_fraction" in fields_:
-            if params.setdefault("test_fraction", frac) != frac:
-                raise ValueError(f"data.test_fraction = {frac} but data.params.test_fraction = {params['test_fraction']}")
-        elif frac != DataSection().test_fraction:
-            raise ValueError(f"dataset {scenario.data.dataset!r} has its own test split: data.test_fraction does not apply")
-        return params
-
-    def _protocol_params(self, params: Any, keys: list[KeyPair]) -> dict[str, Any]:
-        """The genesis ``protocol.params``; ``sizes = "auto"`` becomes every member's local dataset size, in
-        the members' canonical (sorted peer id) order, so strategies weighting by n_i / N can be audited."""
-        out = dict(params)
-        if out.get("sizes") == "auto":
-            by_peer = {k.peer_id: len(self.client_data[i]) for i, k in enumerate(keys)}
-            out["sizes"] = [by_peer[p] for p in sorted(by_peer)]
-        return out
-
     # --- faults ------------------------------------------------------------------------------------
 
     def _resolve_faults(self, faults: tuple[FaultConfig, ...], committee: list[str]) -> list[tuple[str | None, FaultConfig]]:
@@ -487,25 +396,12 @@ class Simulation:
         return False
 
     def _faulty(self, peer: str, kind: str) -> bool:
-        if not self._faults:
-            return False
-        h = self._height()
-        for target, f in self._faults:
-            if f.kind != kind or h < f.from_round:
-                continue
-            if target == peer or (target is None and peer == self._coordinator_now()):
-                return True
-        return False
+        return bool(self.fault_plan) and self.fault_plan.active(peer, kind, self._height(), self._coordinator_now())
 
     def _delay_us(self, peer: str) -> int:
-        if not self._faults:
+        if not self.fault_plan:
             return 0
-        h = self._height()
-        extra = 0.0
-        for target, f in self._faults:
-            if f.kind == "delay" and h >= f.from_round and (target == peer or (target is None and peer == self._coordinator_now())):
-                extra += f.delay_ms
-        return int(extra * 1000)
+        return int(self.fault_plan.delay_ms(peer, self._height(), self._coordinator_now()) * 1000)
 
     # --- event queue -------------------------------------------------------------------------------
 
@@ -588,30 +484,11 @@ class Simulation:
             self._push(self._now_us + int(ms * 1000) + self._delay_us(frm), "deliver", (frm, fx.to, data))
 
     def _equivocate(self, frm: str, data: bytes) -> bytes:
-        """An equivocating peer tells odd-indexed peers something else, signed: another block hash in its
-        PREPARE/COMMIT votes, other distances in its score row, another update for the same round."""
-        env = self._decoder.decode(data)
-        key, chain = self.keys[frm], self.genesis.chain_id
-        if env.pbft is not None and env.pbft.signed is not None and env.pbft.signed.kind in (KIND_PREPARE, KIND_COMMIT):
-            sm = env.pbft.signed
-            other = sha256(b"equivocation" + bytes(sm.body["block_hash"]))
-            self.equivocations += 1
-            return Envelope(pbft=vote_message(key, chain, sm.kind, sm.height, sm.view, other)).encode()  # type: ignore[attr-defined]
-        if env.scores is not None:
-            row = parse_score_row(env.scores)
-            signed = sign_score_row(
-                key, chain, row.height, distances={k: 2.0 * d + 1.0 for k, d in row.distances.items()},
-                updates=row.updates, reference=row.reference,
-            )
-            self.equivocations += 1
-            return Envelope(scores=signed).encode()  # type: ignore[attr-defined]
-        if env.update is not None:
-            c = env.update.commitment
-            blob = vector_to_blob(-np.asarray(self._last_upload.get(frm, self.theta0), dtype=np.float32))
-            c2 = sign_update(key, chain, c.fl_round, sha256(blob), c.n_samples)
-            self.equivocations += 1
-            return Envelope(update=UpdatePacket(commitment=c2, blob=blob)).encode()  # type: ignore[attr-defined]
-        return data
+        """An equivocating peer tells odd-indexed peers something else (``node.adversary.equivocate``)."""
+        out, changed = equivocate(data, key=self.keys[frm], chain_id=self.genesis.chain_id, decoder=self._decoder,
+                                  last_upload=self._last_upload.get(frm, self.theta0))
+        self.equivocations += changed
+        return out
 
     def _apply(self, peer: str, effects: list[Any]) -> None:
         for fx in effects:
@@ -654,56 +531,15 @@ class Simulation:
             def batch_transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
 
-        def train(
-            model: np.ndarray,
-            *,
-            lr: float,
-            gradient_correction: np.ndarray | None = None,
-            momentum_buffer: np.ndarray | None = None,
-            prox_mu: float | None = None,
-        ) -> LocalOutcome:
-            gen = self._rng.child("train", i, fl_round, purpose).torch()
-            dev = self.trainer.device
-            res = self.trainer.train(
-                torch.from_numpy(np.array(model, dtype=np.float32)).to(dev),
-                data,
-                lr=lr,
-                generator=gen,
-                momentum_buffer=None if momentum_buffer is None else torch.from_numpy(np.array(momentum_buffer)).to(dev),
-                gradient_correction=None if gradient_correction is None else torch.from_numpy(np.array(gradient_correction, dtype=np.float32)).to(dev),
-                prox_mu=prox_mu,
-                batch_transform=batch_transform,
-            )
-            mb = res.momentum_buffer
-            return LocalOutcome(
-                delta=res.delta.detach().cpu().numpy().astype(np.float32),
-                n_samples=int(res.num_samples),
-                steps=int(res.steps),
-                lr=float(res.lr),
-                loss=float(res.loss_mean),
-                momentum_buffer=None if mb is None else mb.detach().cpu().numpy().astype(np.float32),
-            )
-
-        return train
+        return self.world.local_train(i, fl_round, purpose, data, batch_transform)
 
     def _run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
         """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``."""
-        train = self._local_train(spec.index, spec.fl_round, spec.purpose, spec.poisoned)
-        if spec.strategy_side:
-            assert self.strategy is not None
-            up = self.strategy.local_update(
-                ClientJob(
-                    fl_round=spec.fl_round,
-                    model=spec.model,
-                    server_state=spec.server_state,
-                    client_state=spec.client_state,
-                    lr=spec.lr,
-                ),
-                train,
-            )
-            return np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples), up.client_state
-        out = train(spec.model, lr=spec.lr)
-        return out.delta, out.n_samples, None
+        return self.world.run_job(
+            self._local_train(spec.index, spec.fl_round, spec.purpose, spec.poisoned),
+            fl_round=spec.fl_round, strategy_side=spec.strategy_side, model=spec.model,
+            server_state=spec.server_state, client_state=spec.client_state, lr=spec.lr,
+        )
 
     def _job_spec(
         self, peer: str, fl_round: int, purpose: str, model: np.ndarray, server_state: bytes | None, client_state: bytes | None

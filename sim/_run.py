@@ -54,24 +54,34 @@ __all__ = [
 ]
 
 
+def accuracy_plot(path: Path, points: list[tuple[int, float]], title: str) -> None:
+    """Test accuracy per round (NaN rounds left out) as a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(x, y) for x, y in points if not math.isnan(y)]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3)
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _plots(out: Path, res: SimResult) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    xs = [m.fl_round for m in res.rounds if not math.isnan(m.accuracy)]
-    ys = [m.accuracy for m in res.rounds if not math.isnan(m.accuracy)]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
-    ax.plot(xs, ys, marker="o", markersize=3)
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.set_title(f"{res.scenario.name} (seed {res.scenario.seed}, {res.scenario.protocol.mode} mode)")
-    fig.tight_layout()
-    fig.savefig(out / "accuracy.png")
-    plt.close(fig)
+    accuracy_plot(out / "accuracy.png", [(m.fl_round, m.accuracy) for m in res.rounds],
+                  f"{res.scenario.name} (seed {res.scenario.seed}, {res.scenario.protocol.mode} mode)")
 
     peers = sorted(res.acceptance, key=lambda p: res.member_index[p])
     rates = [res.acceptance[p][0] / res.acceptance[p][1] if res.acceptance[p][1] else 0.0 for p in peers]

@@ -1,0 +1,271 @@
+"""``concilium node start`` and ``concilium testnet init|local``: the command-line side of the network runtime.
+
+Argument parsing and error mapping follow ``concilium.cli`` (exit 2 and one line for bad input). The heavy
+imports (torch, py-libp2p, trio) happen only once a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers"]
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+NODES_MAX = 64
+"""``testnet local`` runs every node on this machine."""
+
+
+def _node_inputs(args: argparse.Namespace) -> Any:
+    """The node config from ``--config`` and/or flags (flags win)."""
+    from node.config import NodeConfig, NodeDataConfig, load_node_config  # noqa: PLC0415
+    from node._errors import ConfigFileError  # noqa: PLC0415
+
+    if args.config:
+        cfg = load_node_config(args.config)
+    else:
+        missing = [f for f, v in (("--genesis", args.genesis), ("--key", args.key), ("--data-dir", args.data_dir)) if not v]
+        if missing:
+            raise ConfigFileError(f"{missing[0]}: required (or give --config FILE)")
+        cfg = NodeConfig(genesis=args.genesis, key=args.key, data_dir=args.data_dir)
+    over: dict[str, Any] = {}
+    for name in ("genesis", "key", "data_dir", "log_format"):
+        v = getattr(args, name)
+        if v:
+            over[name] = v
+    if args.listen:
+        over["listen"] = tuple(args.listen)
+    if args.peer:
+        over["peers"] = tuple(cfg.peers) + tuple(args.peer)
+    if args.status_every is not None:
+        over["status_every_s"] = args.status_every
+    if args.data or args.member is not None:
+        d = cfg.data
+        try:
+            over["data"] = NodeDataConfig(scenario=args.data or (d.scenario if d else ""),
+                                          member=args.member if args.member is not None else (d.member if d else -1))
+        except ValueError as e:
+            raise ConfigFileError(f"--data/--member: {e}") from None
+    try:
+        cfg = dataclasses.replace(cfg, **over)
+    except ValueError as e:
+        raise ConfigFileError(f"{args.config or 'node options'}: {e}") from None
+    if cfg.data is None:
+        raise ConfigFileError(f"{args.config or '--data'}: no training data: give --data SCENARIO --member I "
+                              "(or a [data] section in the node config)")
+    return cfg
+
+
+def cmd_node_start(args: argparse.Namespace) -> int:
+    from node._errors import ConfigFileError  # noqa: PLC0415
+    from node.config import load_genesis  # noqa: PLC0415
+    from node.keys import load_key  # noqa: PLC0415
+
+    cfg = _node_inputs(args)
+    genesis = load_genesis(cfg.genesis)
+    key = load_key(cfg.key)
+    if key.peer_id not in genesis.member_ids:
+        raise ConfigFileError(f"{cfg.key}: peer {key.peer_id} is not a member of chain {genesis.chain_id} ({cfg.genesis})")
+    peers: dict[str, list[str]] = {}
+    for m in genesis.members:
+        for a in m.addrs:
+            peers.setdefault(m.peer_id, []).append(a if "/p2p/" in a else f"{a}/p2p/{m.peer_id}")
+    for a in cfg.peers:
+        pid = a.rsplit("/p2p/", 1)[1]
+        if pid not in genesis.member_ids:
+            raise ConfigFileError(f"--peer {a}: {pid} is not a member of chain {genesis.chain_id}")
+        peers.setdefault(pid, []).append(a)
+    peers.pop(key.peer_id, None)
+
+    import torch  # noqa: PLC0415
+
+    from sim import load_scenario, resolve_scenario  # noqa: PLC0415
+    from sim._world import MemberTrainer, World  # noqa: PLC0415
+
+    torch.set_num_threads(max(1, args.threads))
+    scenario_path = resolve_scenario(cfg.data.scenario)
+    world = World.build(load_scenario(scenario_path))
+    if world.genesis.model.digest != genesis.model.digest:
+        raise ConfigFileError(f"{scenario_path}: its initial model is not the genesis model of {cfg.genesis}")
+    if len(world.client_data) != len(genesis.members):
+        raise ConfigFileError(f"{scenario_path}: {len(world.client_data)} members, the genesis has {len(genesis.members)}")
+    trainer = MemberTrainer(world, cfg.data.member)
+
+    import trio  # noqa: PLC0415
+
+    from node.runtime._node import EventLog, NodeOptions, NodeRuntime, run_node  # noqa: PLC0415
+
+    log = EventLog(sys.stdout, fmt=cfg.log_format, name=f"n{cfg.data.member}")
+    options = NodeOptions(
+        listen=cfg.listen,
+        peers={p: tuple(a) for p, a in peers.items()},
+        status_every_s=cfg.status_every_s,
+        log_format=cfg.log_format,
+        stop_at_height=args.until_height,
+        linger_s=max(0.0, min(args.linger, 3600.0)),
+    )
+    from consensus import DurableStateError  # noqa: PLC0415
+
+    try:
+        runtime = NodeRuntime(genesis=genesis, key=key, data_dir=cfg.data_dir, initial_model=world.theta0,
+                              trainer=trainer, options=options, log=log)
+    except DurableStateError as e:
+        raise ConfigFileError(f"{cfg.data_dir}: {e}") from None
+    signum = trio.run(run_node, runtime)
+    if signum:
+        return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def cmd_node_status(args: argparse.Namespace) -> int:
+    """Print a node's ``status.json``; exit 1 if it is older than ``--max-age`` seconds (a health check)."""
+    import json  # noqa: PLC0415
+
+    from node._errors import ConfigFileError  # noqa: PLC0415
+    from node.config import STATUS_FILE  # noqa: PLC0415
+
+    path = Path(args.data_dir) / STATUS_FILE
+    try:
+        raw = path.read_bytes()[: 1 << 20]
+        st = json.loads(raw)
+        ts = float(st["ts"])
+    except FileNotFoundError:
+        raise ConfigFileError(f"{path}: no status file (is a node running with --data-dir {args.data_dir}?)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigFileError(f"{path}: not a node status file ({type(e).__name__})") from None
+    age = time.time() - ts
+    print(json.dumps({**st, "age_s": round(age, 3)}))
+    return EXIT_OK if args.max_age is None or age <= args.max_age else EXIT_INVALID
+
+
+def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
+    from node._errors import ConfigFileError  # noqa: PLC0415
+    from sim import load_scenario, resolve_scenario  # noqa: PLC0415
+    from sim._testnet import check_runs_over_network  # noqa: PLC0415
+
+    path = resolve_scenario(args.scenario or "testnet")
+    over: dict[str, Any] = {}
+    if getattr(args, "rounds", None):
+        over["rounds"] = args.rounds
+    if getattr(args, "nodes", None):
+        over["members"] = args.nodes
+    scenario = load_scenario(path, **over)
+    try:
+        check_runs_over_network(scenario)
+    except ValueError as e:
+        raise ConfigFileError(f"{path}: {e}") from None
+    return scenario, path
+
+
+def cmd_testnet_init(args: argparse.Namespace) -> int:
+    from node._errors import ConfigFileError  # noqa: PLC0415
+    from sim._run import results_folder  # noqa: PLC0415
+    from sim._testnet import init_testnet  # noqa: PLC0415
+
+    scenario, path = _load_scenario_for(args)
+    with results_folder(args.out, force=args.force) as out:
+        (out / "scenario.toml").write_bytes(path.read_bytes() if not getattr(args, "nodes", None) else _scenario_bytes(scenario))
+        try:
+            files = init_testnet(scenario, out, hosts=args.host or ["127.0.0.1"], base_port=args.base_port,
+                                 scenario_file="../../scenario.toml", derived_keys=False, compose=args.compose)
+        except ValueError as e:
+            raise ConfigFileError(f"{path}: {e}") from None
+    print(f"testnet {scenario.name}: {len(files)} nodes in {args.out}/ (genesis.toml, nodes/node-<i>/node.toml and node.key)")
+    for f in files:
+        print(f"  node-{f.index}: {f.peer_id}  {f.address}")
+    print(f"start each node with: concilium node start --config {args.out}/nodes/node-<i>/node.toml")
+    return EXIT_OK
+
+
+def _scenario_bytes(scenario: Any) -> bytes:
+    import tomli_w  # noqa: PLC0415
+
+    from sim._run import _scenario_toml  # noqa: PLC0415
+
+    return tomli_w.dumps(_scenario_toml(scenario)).encode()
+
+
+def cmd_testnet_local(args: argparse.Namespace) -> int:
+    from node._errors import ConfigFileError  # noqa: PLC0415
+    from sim._run import results_folder  # noqa: PLC0415
+    from sim._testnet import LocalTestnet  # noqa: PLC0415
+
+    scenario, path = _load_scenario_for(args)
+    name = scenario.name
+    out_arg = args.out if args.out is not None else Path("results") / f"testnet-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    with results_folder(out_arg, force=args.force) as out:
+        (out / "scenario.toml").write_bytes(_scenario_bytes(scenario))
+        try:
+            net = LocalTestnet(scenario, out, scenario_file="../../scenario.toml", progress=not args.quiet,
+                               timeout_s=args.timeout)
+        except ValueError as e:  # the scenario's data/model cannot be built (e.g. a partition count)
+            raise ConfigFileError(f"{path}: {e}") from None
+        summary = net.run()
+        if summary["interrupted"]:
+            raise KeyboardInterrupt
+    print(f"testnet {summary['scenario']}: {summary['nodes']} node processes, {summary['rounds']}/{summary['rounds_wanted']} "
+          f"rounds, final accuracy {summary['final_accuracy']:.4f}, view changes {summary['view_changes']}, "
+          f"{summary['wall_seconds']:.1f} s")
+    for led in summary["ledgers"]:
+        print(f"  node-{led['node']}: {led['verdict']}")
+    print(f"results in {out_arg}/ (metrics.csv, summary.json, accuracy.png, nodes/node-<i>/data/ledger, node.log)")
+    ok = summary["all_verified"] and summary["same_head"] and summary["rounds"] == summary["rounds_wanted"]
+    return EXIT_OK if ok else EXIT_INVALID
+
+
+def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], rounds_max: int) -> None:
+    n = sub.add_parser("node", help="run a peer node on the network").add_subparsers(dest="sub", required=True)
+    ns = n.add_parser("start", help="start a node (trio + py-libp2p, Noise, Yamux); Ctrl-C stops it cleanly",
+                      description="Start a peer node: the same node core the simulator runs, on real sockets.")
+    ns.add_argument("--config", help="node config TOML (genesis, key, data_dir, listen, peers, [data]); flags override it")
+    ns.add_argument("--genesis", help="genesis TOML file")
+    ns.add_argument("--key", help="this node's key file (concilium keygen)")
+    ns.add_argument("--data-dir", dest="data_dir", help="durable state: the ledger and the vote log")
+    ns.add_argument("--listen", action="append", metavar="MULTIADDR", help="e.g. /ip4/0.0.0.0/tcp/4001 (repeatable)")
+    ns.add_argument("--peer", action="append", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEERID of another member")
+    ns.add_argument("--data", metavar="SCENARIO", help="train on a scenario's embedded data (file or bundled name) ...")
+    ns.add_argument("--member", type=int_in(0, 1 << 20), help="... as member I of it")
+    ns.add_argument("--log-format", dest="log_format", choices=("human", "json"), help="log lines (default human)")
+    ns.add_argument("--status-every", dest="status_every", type=float, help="seconds between status lines (default 5)")
+    ns.add_argument("--until-height", dest="until_height", type=int_in(1, rounds_max),
+                    help="stop once this height is stored (default: run until Ctrl-C or SIGTERM)")
+    ns.add_argument("--linger", type=float, default=3.0,
+                    help="with --until-height: seconds to keep serving peers after it (default 3)")
+    ns.add_argument("--threads", type=int_in(1, 256), default=1, help="torch threads for local training (default 1)")
+    ns.set_defaults(func=cmd_node_start)
+
+    nst = n.add_parser("status", help="print a node's last status (exit 1 if older than --max-age seconds)")
+    nst.add_argument("--data-dir", dest="data_dir", required=True, help="the node's data dir")
+    nst.add_argument("--max-age", dest="max_age", type=float, help="fail when the status is older than this")
+    nst.set_defaults(func=cmd_node_status)
+
+    t = sub.add_parser("testnet", help="networks of node processes").add_subparsers(dest="sub", required=True)
+    ti = t.add_parser("init", help="write keys, a genesis with addresses and a config per node, for N machines")
+    ti.add_argument("--nodes", type=int_in(1, 1 << 16), help="number of nodes (default: the scenario's members)")
+    ti.add_argument("--out", required=True, help="folder to write (new or empty)")
+    ti.add_argument("--scenario", help="scenario file or bundled name (default: testnet)")
+    ti.add_argument("--host", action="append", metavar="IP",
+                    help="each node's IPv4 address in order (repeat per node), or one for all (default 127.0.0.1)")
+    ti.add_argument("--base-port", dest="base_port", type=int_in(1, 65535 - 1024), default=4001,
+                    help="TCP port of node 0 (node i uses base + i when they share a host; default 4001)")
+    ti.add_argument("--compose", action="store_true",
+                    help="also write compose.yaml: one container per node at a static address (172.28.0.10+i)")
+    ti.add_argument("--force", action="store_true", help="replace an earlier folder at --out")
+    ti.set_defaults(func=cmd_testnet_init)
+
+    tl = t.add_parser("local", help="run N node processes on 127.0.0.1 with a progress bar and a results folder")
+    tl.add_argument("-n", "--nodes", type=int_in(1, NODES_MAX), help="number of node processes (default: the scenario's members)")
+    tl.add_argument("--scenario", help="scenario file or bundled name (default: testnet)")
+    tl.add_argument("--rounds", type=int_in(1, rounds_max), help="override the scenario's number of rounds")
+    tl.add_argument("--out", help="results folder, new or empty (default: results/testnet-<scenario>-<timestamp>)")
+    tl.add_argument("--force", action="store_true", help="replace an earlier results folder at --out")
+    tl.add_argument("--quiet", action="store_true", help="no progress bar")
+    tl.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")
+    tl.set_defaults(func=cmd_testnet_local)
+

@@ -1,0 +1,193 @@
+"""The adversary module: the Byzantine behaviours a scenario's ``[adversary]`` section configures, for both
+drivers of :class:`node.core.NodeCore` (the simulator and the network runtime).
+
+An attack lives here, never in the protocol code (``node.core`` calls the :class:`node.core.Behavior` hooks at
+fixed points and does not know which attack, if any, runs):
+
+* **faults** on the coordinator (the view-0 primary of the height being decided), a committee member or any
+  member, from a round on: ``drop`` (its messages are lost: a crash or silence), ``delay`` (its messages leave
+  ``delay_ms`` late, possibly past the validators' timeout), ``corrupt`` (a wrong aggregate in its proposals,
+  a lying score row, and it votes for anything), ``equivocate`` (odd-indexed peers get other signed messages:
+  another block hash in its votes, other distances in its score row, another update for the same round);
+* **update attacks** of Byzantine clients (``learning.parse_update_attack``) are applied by the host to the
+  client's own upload (:func:`attack_update`).
+
+Each function is a pure function of its inputs plus a seeded generator the host derives (the simulator from
+its scenario's ``RngTree``; a node process from the same scenario), so a scenario run as a testnet applies the
+very same corruptions as ``sim run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from consensus import KIND_COMMIT, KIND_PREPARE, parse_score_row, sign_score_row
+from consensus._messages import vote_message
+from ledger import KeyPair, Payload, primary, sha256, sign_update
+from learning._blobs import vector_to_blob
+from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
+from node.core import Behavior
+
+__all__ = ["FAULT_KINDS", "Fault", "FaultPlan", "NodeAdversary", "corrupt_proposal", "equivocate", "lying_distances"]
+
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One fault: ``kind`` on ``peer`` (None: whoever coordinates the height) from ``from_round`` on."""
+
+    kind: str
+    peer: str | None
+    from_round: int = 1
+    delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r} (expected one of {', '.join(FAULT_KINDS)})")
+
+
+class FaultPlan:
+    """Which faults control a peer at a height (the coordinator of the height is given by the host)."""
+
+    __slots__ = ("faults",)
+
+    def __init__(self, faults: Sequence[Fault] = ()) -> None:
+        self.faults = tuple(faults)
+
+    def __bool__(self) -> bool:
+        return bool(self.faults)
+
+    def _hits(self, f: Fault, peer: str, height: int, coordinator: str | None) -> bool:
+        return height >= f.from_round and (f.peer == peer or (f.peer is None and peer == coordinator))
+
+    def active(self, peer: str, kind: str, height: int, coordinator: str | None) -> bool:
+        return any(f.kind == kind and self._hits(f, peer, height, coordinator) for f in self.faults)
+
+    def any_active(self, peer: str, height: int, coordinator: str | None) -> bool:
+        return any(self._hits(f, peer, height, coordinator) for f in self.faults)
+
+    def delay_ms(self, peer: str, height: int, coordinator: str | None) -> float:
+        return sum(f.delay_ms for f in self.faults if f.kind == "delay" and self._hits(f, peer, height, coordinator))
+
+
+def corrupt_proposal(payload: Payload, model: np.ndarray, rng: np.random.Generator) -> tuple[Payload, np.ndarray, bytes]:
+    """A corrupt coordinator's proposal: the model moved away from the honest aggregate by N(0, 1) noise."""
+    bad = (model + rng.standard_normal(model.shape).astype(np.float32)).astype(np.float32)
+    blob = vector_to_blob(bad)
+    fields = {f: getattr(payload, f) for f in payload._record_fields}  # type: ignore[attr-defined]
+    fields["model_digest"] = sha256(blob)
+    return Payload(**fields), bad, blob
+
+
+def lying_distances(distances: dict[str, float]) -> dict[str, float]:
+    """A lying committee member's score row: it favours the clients the others rank worst."""
+    return {k: 1.0 / max(d, 1e-12) for k, d in distances.items()}
+
+
+def equivocate(
+    data: bytes, *, key: KeyPair, chain_id: str, decoder: EnvelopeDecoder, last_upload: np.ndarray
+) -> tuple[bytes, bool]:
+    """What an equivocating peer tells odd-indexed peers instead of ``data`` (signed with its own key):
+    another block hash in its PREPARE/COMMIT votes, other distances in its score row, the negated last upload
+    for the same round. ``(bytes, changed)``; other messages go out unchanged."""
+    env = decoder.decode(data)
+    if env.pbft is not None and env.pbft.signed is not None and env.pbft.signed.kind in (KIND_PREPARE, KIND_COMMIT):
+        sm = env.pbft.signed
+        other = sha256(b"equivocation" + bytes(sm.body["block_hash"]))
+        return Envelope(pbft=vote_message(key, chain_id, sm.kind, sm.height, sm.view, other)).encode(), True  # type: ignore[attr-defined]
+    if env.scores is not None:
+        row = parse_score_row(env.scores)
+        signed = sign_score_row(
+            key, chain_id, row.height, distances={k: 2.0 * d + 1.0 for k, d in row.distances.items()},
+            updates=row.updates, reference=row.reference,
+        )
+        return Envelope(scores=signed).encode(), True  # type: ignore[attr-defined]
+    if env.update is not None:
+        c = env.update.commitment
+        blob = vector_to_blob(-np.asarray(last_upload, dtype=np.float32))
+        c2 = sign_update(key, chain_id, c.fl_round, sha256(blob), c.n_samples)
+        return Envelope(update=UpdatePacket(commitment=c2, blob=blob)).encode(), True  # type: ignore[attr-defined]
+    return data, False
+
+
+class NodeAdversary(Behavior):
+    """The adversary of one node on a real network: the faults of a :class:`FaultPlan` that control this node,
+    judged from its own view of the chain (the height it is deciding, and that height's view-0 primary as the
+    coordinator). The runtime passes it to :class:`node.core.NodeCore` as its ``behavior`` and runs every
+    outgoing message through :meth:`outgoing` and every incoming one through :meth:`deaf`.
+
+    ``rng_for(peer, height)``: the generator of a corrupt proposal (the simulator's, for the same scenario);
+    ``index_of(peer)``: the member index (an equivocating peer lies to the odd-indexed ones)."""
+
+    def __init__(
+        self,
+        *,
+        key: KeyPair,
+        chain_id: str,
+        plan: FaultPlan,
+        rng_for: Callable[[str, int], np.random.Generator],
+        index_of: Callable[[str], int],
+    ) -> None:
+        self._key = key
+        self._me = key.peer_id
+        self._chain = chain_id
+        self._plan = plan
+        self._rng_for = rng_for
+        self._index_of = index_of
+        self._decoder = EnvelopeDecoder()
+        self.core: Any = None
+        """The node core this adversary steers (set by the host once built)."""
+        self.last_upload: np.ndarray | None = None
+        self.counts: dict[str, int] = {"dropped": 0, "delayed": 0, "corrupted": 0, "equivocated": 0}
+
+    def _now(self) -> tuple[int, str | None]:
+        if self.core is None:
+            return 0, None
+        st = self.core.chain_state
+        h = st.height + 1
+        return h, primary(st.committee, st.head_hash, h, 0)
+
+    def _active(self, kind: str) -> bool:
+        if not self._plan:
+            return False
+        h, coord = self._now()
+        return self._plan.active(self._me, kind, h, coord)
+
+    @property
+    def accepts_everything(self) -> bool:  # type: ignore[override]
+        return self._active("corrupt")
+
+    def proposal(self, payload: Payload, model: np.ndarray, model_blob: bytes) -> tuple[Payload, np.ndarray, bytes]:
+        if not self._active("corrupt"):
+            return payload, model, model_blob
+        self.counts["corrupted"] += 1
+        return corrupt_proposal(payload, model, self._rng_for(self._me, self._now()[0]))
+
+    def distances(self, distances: dict[str, float]) -> dict[str, float]:
+        return lying_distances(distances) if self._active("corrupt") else distances
+
+    def deaf(self) -> bool:
+        """A dropped (crashed or silenced) node hears nothing either."""
+        return self._active("drop")
+
+    def outgoing(self, to: str, data: bytes) -> tuple[float, bytes] | None:
+        """``(delay_s, data)`` to send to ``to`` instead of ``data``, or None to drop it."""
+        if not self._plan:
+            return 0.0, data
+        h, coord = self._now()
+        if self._plan.active(self._me, "drop", h, coord):
+            self.counts["dropped"] += 1
+            return None
+        if self._plan.active(self._me, "equivocate", h, coord) and self._index_of(to) % 2 == 1:
+            data, changed = equivocate(data, key=self._key, chain_id=self._chain, decoder=self._decoder,
+                                       last_upload=self.last_upload if self.last_upload is not None else np.zeros(1, np.float32))
+            self.counts["equivocated"] += changed
+        delay = self._plan.delay_ms(self._me, h, coord) / 1000.0
+        if delay:
+            self.counts["delayed"] += 1
+        return delay, data

@@ -1,0 +1,10 @@
+"""The network runtime: the second driver of :class:`node.core.NodeCore`, under trio + py-libp2p.
+
+It decides nothing the core does not: it moves the core's bytes over Noise/Yamux streams, feeds it
+wall-clock ticks, runs local training off the event loop, and keeps the node's state durable in its data
+directory (DESIGN.md, "The network runtime").
+"""
+
+from node.runtime._node import LEDGER_DIR, STATUS_FILE, VOTE_LOG, EventLog, NodeOptions, NodeRuntime, run_node
+
+__all__ = ["LEDGER_DIR", "STATUS_FILE", "VOTE_LOG", "EventLog", "NodeOptions", "NodeRuntime", "run_node"]

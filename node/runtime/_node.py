@@ -1,0 +1,453 @@
+"""One peer node on a real network: :class:`node.core.NodeCore` driven by trio, py-libp2p and the wall clock.
+
+The core decides; this module only executes its effects (DESIGN.md, "The network runtime"):
+
+* **Messages.** ``Transmit`` effects go to :class:`node.runtime._transport.Transport`, whose frames come back
+  into :meth:`NodeCore.on_message` (the transport authenticates the sender's peer id through Noise).
+* **Time.** One task maps the wall clock onto the core's ticks (``genesis.protocol.timeouts.tick_ms``):
+  it calls :meth:`NodeCore.tick` once per elapsed tick, catching up at most :data:`CATCH_UP_TICKS_MAX`
+  after a stall. The core starts at the tick of the current wall time, so the block time a proposer
+  injects is wall time.
+* **Training** runs in a worker thread (``trio.to_thread``), one job at a time, so a slow job never stalls
+  consensus; a job that fails or diverges is logged and sends nothing.
+* **Durability** in the data directory: the ledger (``ledger/``: the SQLite block store and the blob files
+  of ``ledger.store``; every blob the core stores goes straight to disk) and the replica's vote log
+  (``votes.bin``). Each batch of effects is executed in this order: decided blocks to the store, then the
+  vote log (written and fsynced), then the messages, so a restarted node never signs two different things
+  for one (height, view), and its vote record is never ahead of its chain.
+* **Restart.** The node replays its stored chain (the chain rules of ``ledger verify`` without
+  re-execution: these blocks were checked when they were decided) to its head state and model (fetched from
+  peers if its blob had not arrived), restores its replica from the vote log, and rejoins;
+  blocks decided meanwhile arrive through the replica's sync (``SendBlocks``, served from peers' stores).
+
+Logs: one line per event, human-readable or JSON lines (``log_format="json"``: ``{"ts", "level", "event",
+...}``), and a status line every ``status_every_s`` seconds (height, view, role, peers, last block, dropped
+inputs). :func:`run_node` returns on cancellation (SIGINT/SIGTERM in ``concilium node start``) with the
+store closed cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+
+from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256
+from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_ledger
+from ledger.store import StoreError
+from learning._blobs import blob_to_vector, vector_to_blob
+from node._errors import NodeError
+from node.config import STATUS_FILE, write_file_atomic
+from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from node.runtime._transport import Transport, TransportLimits
+from node.runtime._votelog import VoteLog
+
+__all__ = ["NodeOptions", "NodeRuntime", "Trainer", "run_node"]
+
+CATCH_UP_TICKS_MAX = 50
+LEDGER_DIR = "ledger"
+VOTE_LOG = "votes.bin"
+
+Trainer = Callable[[TrainJob], TrainResult | None]
+"""A local training job (runs in a worker thread): the update, or None if it failed (nothing is sent)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeOptions:
+    listen: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/4001",)
+    peers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Known addresses by peer id (the genesis ``addr=`` entries and ``--peer`` flags)."""
+    status_every_s: float = 5.0
+    log_format: str = "human"
+    stop_at_height: int | None = None
+    """Return once this height is stored (``linger_s`` later); None: once the genesis' last round
+    (``protocol.fl_rounds``) is stored, stop training and ticking but keep serving peers until cancelled."""
+    wait_peers_s: float = 30.0
+    """Before the first round: wait this long at most for a connection to every peer with a known address
+    (a network whose nodes start together then begins its first round together)."""
+    linger_s: float = 3.0
+    """After ``stop_at_height``: keep serving peers this long (they may still need the last block or blobs)."""
+    limits: TransportLimits = field(default_factory=TransportLimits)
+
+
+class EventLog:
+    """Structured events to a text stream: ``human`` (one readable line) or ``json`` (one object per line)."""
+
+    def __init__(self, stream: Any = None, *, fmt: str = "human", name: str = "") -> None:
+        if fmt not in ("human", "json"):
+            raise ValueError(f"log format must be 'human' or 'json', got {fmt!r}")
+        self._stream = stream if stream is not None else sys.stderr
+        self._fmt = fmt
+        self._name = name
+
+    def __call__(self, event: str, level: str = "info", **fields: Any) -> None:
+        if self._fmt == "json":
+            line = json.dumps({"ts": round(time.time(), 3), "level": level, "event": event, **fields}, default=str)
+        else:
+            stamp = time.strftime("%H:%M:%S")
+            parts = " ".join(f"{k}={_human(v)}" for k, v in fields.items())
+            line = f"{stamp} {level.upper():5} {self._name} {event} {parts}".rstrip()
+        try:
+            print(line, file=self._stream, flush=True)
+        except (BrokenPipeError, ValueError):  # nobody reads our log any more: keep running
+            pass
+
+
+def _human(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(_human(x) for x in v) or "-"
+    if isinstance(v, dict):
+        return ",".join(f"{k}:{x}" for k, x in v.items()) or "-"
+    return str(v)
+
+
+class _LibP2PLogBridge(logging.Handler):
+    """py-libp2p's warnings through our event log (one line each, never a multi-line dump)."""
+
+    def __init__(self, log: EventLog) -> None:
+        super().__init__(level=logging.WARNING)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith("libp2p.transport") and "Failed to open TCP stream" in str(record.msg):
+            return  # a dial to a peer not up yet: the transport retries and counts it (stats.dials_failed)
+        try:
+            msg = record.getMessage().splitlines()[0][:300] if record.getMessage() else ""
+        except Exception:  # noqa: BLE001 - a log record must never take the node down
+            msg = record.msg if isinstance(record.msg, str) else "?"
+        self._log("libp2p", level="warning", source=record.name, message=msg)
+
+
+def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> tuple[SqliteBlockStore, FileBlobStore, ChainState, np.ndarray | None]:
+    """Open (or create) the node's ledger in ``data_dir`` and replay it: ``(store, blobs, head state, head model)``.
+
+    The head model is None when its blob is missing (the node then fetches it from its peers)."""
+    ldir = data_dir / LEDGER_DIR
+    g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
+    if sha256(g_blob) != genesis.model.digest:
+        raise ValueError("the initial model does not match the genesis model digest")
+    if (ldir / "chain.sqlite").exists():
+        store, blobs = open_ledger(ldir)
+        if store.genesis().hash() != genesis.hash():
+            store.close()
+            raise StoreError(f"{ldir}: holds the ledger of another chain ({store.genesis().chain_id}); use another data dir")
+    else:
+        store, blobs = create_ledger(ldir, genesis)
+    blobs.put(g_blob)
+    ctx = ChainContext(genesis)
+    state = genesis_state(ctx)
+    try:
+        for h in range(1, store.height() + 1):
+            state = apply_block(ctx, state, store.get(h))
+    except LedgerError as e:
+        store.close()
+        raise StoreError(f"{ldir}: stored chain does not verify: {e}") from None
+    model: np.ndarray | None = None
+    if blobs.has(state.model_digest):
+        model = np.array(blob_to_vector(blobs.get(state.model_digest)), dtype=np.float32)
+        if model.shape != (initial_model.shape[0],):
+            model = None
+    return store, blobs, state, model
+
+
+class NodeRuntime:
+    """One node (see the module docstring). Build it, then ``await runtime.run()`` inside trio."""
+
+    def __init__(
+        self,
+        *,
+        genesis: Genesis,
+        key: KeyPair,
+        data_dir: str | os.PathLike[str],
+        initial_model: np.ndarray,
+        trainer: Trainer,
+        options: NodeOptions = NodeOptions(),
+        log: EventLog | None = None,
+        core_factory: Callable[..., NodeCore] = NodeCore,
+    ) -> None:
+        if key.peer_id not in genesis.member_ids:
+            raise ValueError(f"key {key.peer_id} is not a member of chain {genesis.chain_id}")
+        self.genesis = genesis
+        self.key = key
+        self.me = key.peer_id
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.options = options
+        self.log = log if log is not None else EventLog(fmt=options.log_format)
+        self._trainer = trainer
+        self._tick_ms = genesis.protocol.timeouts.tick_ms
+        self.store, self.blobs, state, model = load_chain(genesis, self.data_dir, initial_model)
+        self._votes = VoteLog(self.data_dir / VOTE_LOG)
+        restore = self._votes.load()
+        self._start_tick = self._wall_tick()
+        awaiting = model is None
+        self.core = core_factory(
+            genesis=genesis,
+            key=key,
+            initial_model=model if model is not None else initial_model,
+            blobs=self.blobs,
+            state=state,
+            block_source=self._stored_block,
+            archive=True,
+            start_tick=self._start_tick,
+            replica_restore=restore,
+            model_missing=awaiting,
+        )
+        self._votes_version = self.core.replica.durable_version
+        self._jobs: list[TrainJob] = []
+        self._job_ready = trio.Event()
+        self._tick = self._start_tick
+        self._decided_at: float | None = None
+        self._last_block: Block | None = None
+        self.view_changes = 0
+        self.sent = Counter[str]()
+        self.evidence = 0
+        self.trained = 0
+        self.train_failures = 0
+        self.stored_height = self.store.height()
+        self.last_height = min(options.stop_at_height or genesis.protocol.fl_rounds, genesis.protocol.fl_rounds)
+        self._height_event = trio.Event()
+        self.transport = Transport(
+            key=key,
+            chain_id=genesis.chain_id,
+            members=genesis.member_ids,
+            addresses=options.peers,
+            listen=options.listen,
+            on_frame=self._on_frame,
+            limits=options.limits,
+        )
+        lp = logging.getLogger("libp2p")  # its records go to our log only, one line each (not to a root handler)
+        lp.handlers = [h for h in lp.handlers if not isinstance(h, _LibP2PLogBridge)] + [_LibP2PLogBridge(self.log)]
+        lp.propagate = False
+
+    # --- wall clock -------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """The last round is stored: no more training or ticks (the node still answers its peers)."""
+        return self.stored_height >= self.last_height
+
+    def _wall_tick(self) -> int:
+        return max(0, (int(time.time() * 1000) - self.genesis.genesis_time_ms) // self._tick_ms)
+
+    # --- effects -------------------------------------------------------------------------------------
+
+    def _execute(self, effects: Sequence[Any]) -> None:
+        """Run the core's effects: decided blocks to the store first, then the vote log, then the rest in order.
+
+        The order is what a restart relies on: the replica's record for height h+1 never reaches the disk
+        before block h (a restored replica refuses a record from beyond its store, as it must), and whatever
+        the replica signed in this batch is on disk before any of it is sent."""
+        for fx in effects:
+            if isinstance(fx, Decided):
+                self._store_decided(fx)
+        v = self.core.replica.durable_version
+        if v != self._votes_version:
+            self._votes.save(self.core.replica.durable())
+            self._votes_version = v
+        for fx in effects:
+            if isinstance(fx, Transmit):
+                self.sent[fx.kind] += 1
+                self.transport.send(fx.to, fx.data, fx.kind)
+            elif isinstance(fx, Train):
+                if fx.job.fl_round <= self.last_height and not self.finished:
+                    self._jobs.append(fx.job)
+                    self._job_ready.set()
+            elif isinstance(fx, Misbehavior):
+                self.evidence += 1
+                ev = fx.evidence
+                self.log("evidence", level="warning", kind=ev.kind, offender=ev.offender, height=ev.height, view=ev.view, reason=ev.reason)
+
+    def _store_decided(self, fx: Decided) -> None:
+        """Append a decided block (its model blob too, when this node holds the model as a vector; otherwise the
+        core fetches the blob into the blob store, and a restart before it arrives resumes without the model)."""
+        block = fx.block
+        if fx.model is not None and not self.blobs.has(block.payload.model_digest):
+            self.blobs.put(vector_to_blob(np.ascontiguousarray(fx.model, dtype=np.float32)))
+        if block.header.height <= self.store.height():
+            return
+        self.store.append(block)  # a store that cannot append is fatal: the node stops (votes must not outrun it)
+        self.stored_height = block.header.height
+        self._last_block = block
+        self._on_stored(block)
+
+    def _on_stored(self, block: Block) -> None:
+        p = block.payload
+        view = block.header.view
+        if view:
+            self.view_changes += view
+        self.log(
+            "decided",
+            height=block.header.height,
+            view=view,
+            hash=block.hash().hex()[:16],
+            model=p.model_digest.hex(),
+            accepted=sorted(f"{u.peer}:{u.fl_round}" for u in p.updates),
+            committee=list(p.next_committee),
+            proposer=block.header.proposer,
+            evidence=len(p.evidence),
+            time_ms=block.header.time_ms,
+        )
+        on_decided = getattr(self._trainer, "on_decided", None)
+        if on_decided is not None:
+            on_decided(block)
+        self._height_event.set()
+        self._height_event = trio.Event()
+
+    def _stored_block(self, height: int) -> Block | None:
+        if 1 <= height <= self.store.height():
+            try:
+                return self.store.get(height)
+            except (StoreError, LedgerError):
+                return None
+        return None
+
+    # --- inputs ----------------------------------------------------------------------------------
+
+    def _on_frame(self, sender: str, data: bytes) -> None:
+        self._execute(self.core.on_message(sender, data))
+
+    async def _clock(self) -> None:
+        next_at = time.monotonic()
+        while True:
+            target = self._wall_tick()
+            n = min(max(0, target - self._tick), CATCH_UP_TICKS_MAX)
+            self._tick = max(self._tick, target - CATCH_UP_TICKS_MAX) if n == CATCH_UP_TICKS_MAX else self._tick
+            for _ in range(n):
+                self._tick += 1
+                if not self.finished:
+                    self._execute(self.core.tick())
+            next_at += self._tick_ms / 1000
+            await trio.sleep(max(0.0, next_at - time.monotonic()))
+            if next_at < time.monotonic() - 1.0:  # far behind (a stall): resynchronise instead of bursting
+                next_at = time.monotonic()
+
+    async def _training(self) -> None:
+        while True:
+            await self._job_ready.wait()
+            self._job_ready = trio.Event()
+            while self._jobs:
+                job = self._jobs.pop(0)
+                t0 = time.perf_counter()
+                try:
+                    result = await trio.to_thread.run_sync(self._trainer, job)
+                except Exception as e:  # noqa: BLE001 - a failed local job sends nothing; the node goes on
+                    self.train_failures += 1
+                    self.log("train", level="error", round=job.fl_round, purpose=job.purpose, error=f"{type(e).__name__}: {e}")
+                    continue
+                if result is None or not np.isfinite(result.delta).all():
+                    self.train_failures += 1
+                    self.log("train", level="warning", round=job.fl_round, purpose=job.purpose, error="diverged or failed")
+                    continue
+                self.trained += 1
+                self.log("trained", level="debug", round=job.fl_round, purpose=job.purpose, n=result.n_samples,
+                         seconds=round(time.perf_counter() - t0, 3))
+                try:
+                    self._execute(self.core.on_training_done(job, result))
+                except ValueError as e:
+                    self.train_failures += 1
+                    self.log("train", level="error", round=job.fl_round, error=str(e))
+
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        rs = self.core.replica.status()
+        ts = self.transport.stats
+        role = "committee" if self.me in st.committee else ("trainer" if self.me in st.trainers else "observer")
+        return {
+            "height": st.height,
+            "stored": self.stored_height,
+            "view": getattr(rs, "view", 0),
+            "role": role,
+            "peers": len(self.transport.connected()),
+            "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",
+            "dropped": dict(st.dropped),
+            "view_changes": self.view_changes,
+            "evidence": self.evidence,
+            "net": {
+                "messages_out": dict(ts.messages_out), "bytes_out": dict(ts.bytes_out),
+                "messages_in": dict(ts.messages_in), "bytes_in": dict(ts.bytes_in),
+                "dropped": dict(ts.dropped), "banned": list(ts.banned),
+            },
+        }
+
+    async def _status(self) -> None:
+        while True:
+            self._write_status()
+            await trio.sleep(self.options.status_every_s)
+            self.log("status", **self.status())
+
+    def _write_status(self) -> None:
+        """``status.json`` in the data dir, replaced atomically (``concilium node status`` and health checks)."""
+        st = {"ts": round(time.time(), 3), "peer": self.me, "chain": self.genesis.chain_id, "pid": os.getpid(),
+              **self.status()}
+        try:
+            write_file_atomic(self.data_dir / STATUS_FILE, (json.dumps(st) + "\n").encode(), overwrite=True)
+        except (OSError, NodeError) as e:
+            self.log("status", level="warning", error=f"cannot write {STATUS_FILE}: {e}")
+
+    async def _wait_peers(self) -> None:
+        want = set(self.options.peers)
+        with trio.move_on_after(self.options.wait_peers_s):
+            while not want <= set(self.transport.connected()):
+                await trio.sleep(0.05)
+        self.log("peers", connected=len(self.transport.connected()), known=len(want))
+
+    async def wait_height(self, height: int) -> None:
+        while self.stored_height < height:
+            await self._height_event.wait()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled (or until ``options.stop_at_height`` is stored, then ``linger_s`` more)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.transport.run)
+                self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
+                         chain=self.genesis.chain_id)
+                task_status.started()
+                await self._wait_peers()
+                self._execute(self.core.start())
+                nursery.start_soon(self._clock)
+                nursery.start_soon(self._training)
+                nursery.start_soon(self._status)
+                await self.wait_height(self.last_height)
+                self.log("done", height=self.stored_height)
+                if self.options.stop_at_height is not None:
+                    await trio.sleep(self.options.linger_s)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
+            self.store.close()
+
+
+async def run_node(runtime: NodeRuntime) -> int:
+    """Run ``runtime`` until SIGINT/SIGTERM (0 if it stopped at its stop height, else the signal number); the
+    store is closed cleanly either way."""
+    import signal  # noqa: PLC0415
+
+    stopped: list[int] = []
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    stopped.append(signum)
+                    runtime.log("signal", level="warning", signal=signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            await runtime.run()
+            nursery.cancel_scope.cancel()
+    return stopped[0] if stopped else 0

@@ -1,0 +1,651 @@
+"""The member-to-member transport: opaque envelopes over py-libp2p 0.8.1 direct streams.
+
+Design
+------
+* One libp2p host per node, TCP + **Noise only** + **Yamux only**, its identity built from the node's
+  ``ledger.KeyPair`` seed (the libp2p peer id must equal ``key.peer_id``).
+* Two protocols per chain: ``/concilium/<chain-id>/msg/1`` carries kinds ``pbft``/``scores``/``want``
+  (capped at ``msg_frame_max``) and ``/concilium/<chain-id>/blob/1`` carries ``update``/``blobs``/``model``
+  (capped at ``data_frame_max``). A 20 MB blob in flight therefore never delays a vote. Frames are a
+  4-byte big-endian length and the payload (``_frames.py``); a stream carries many frames.
+* Outbound: :meth:`Transport.send` is synchronous and never blocks. It appends to a per-peer queue bounded
+  in bytes (the oldest frames are dropped past ``queue_bytes_max``); one sender task per (member,
+  protocol) keeps one stream open, writes under a deadline, reopens a failed stream and retries the frame
+  once. A sender closes its stream after ``header_timeout_s / 2`` idle, so an honest peer never hits the
+  receiver's idle timeout.
+* Inbound: each stream runs in :meth:`Transport._serve`, which refuses non-members and banned peers,
+  bounds the streams per peer, reads frames under deadlines, and hands each payload to ``on_frame`` (whose
+  exceptions are logged and counted). A bad frame (oversized, empty, truncated, header or payload timeout)
+  resets the stream and counts against the peer: more than ``bad_frames_max`` within
+  ``bad_frames_window_s`` bans the peer for ``ban_s`` (disconnected, refused, not dialled).
+* Delivery is at most once and in order per (peer, protocol): a frame written into a connection that died
+  unnoticed is lost (the core retransmits); frames queued while a peer is away go out when it is back.
+  ``on_frame`` runs in the task that read the frame. Inbound counters are by protocol, not kind: the kind
+  lives inside the envelope, which the transport never decodes.
+* A supervisor task per member keeps a connection to every member with a known address (exponential
+  backoff 0.5 s -> 30 s with deterministic jitter); members without an address are reached when they dial
+  in. Every long-lived task runs under :meth:`Transport._supervised`, which restarts it with backoff if
+  it crashes instead of taking the node down.
+
+py-libp2p 0.8.1 defects worked around (see ``/work/shared/notes/libp2p.md``)
+----------------------------------------------------------------------------
+1. An exception escaping a stream handler propagates into the swarm's nursery and kills the process:
+   ``_serve`` catches ``Exception`` (never ``trio.Cancelled``), logs it and resets the stream.
+2. The default security options also accept ``/plaintext/2.0.0`` (and TLS, SECIO): ``sec_opt`` is Noise
+   only; ``muxer_opt`` is Yamux only (Mplex is the default fallback and ~5x slower).
+3. The host accepts connections from any peer id (the connection gate knows IPs, not peer ids): a network
+   notifee closes every connection from a non-member or banned peer, and ``_serve`` resets their streams
+   (a stream can arrive before the close lands).
+4. ``read_exactly`` gives up after 100 partial reads (~7 MB), so the library's varint framing breaks large
+   messages: own 4-byte framing with an explicit ``stream.read(remaining)`` loop.
+5. The library puts no deadline on stream reads and writes (a silent peer holds a stream, and a task,
+   forever): every read, write, dial and stream open here runs under ``trio.move_on_after``.
+6. Negative dial cache: a failed dial blocks the peer for 60 s ("recently failed all addresses"): the
+   supervisor calls ``network.unblock_peer`` before every dial.
+7. Addresses learned by ``connect`` expire from the peerstore after 120 s: the transport keeps its own
+   address book (:meth:`Transport.add_address`) and passes it to every dial.
+8. ``import libp2p`` clears the ``libp2p`` logger's handlers and sets ``propagate=False`` (its warnings
+   reach stderr bare through ``logging.lastResort``): when this module is imported, unless ``LIBP2P_DEBUG``
+   gave libp2p handlers of its own, the logger propagates again at level WARNING (the only global state).
+9. The swarm's auto-connector dials every peerstore peer with an address (non-members included, and on
+   loopback/LAN too) toward (low + high watermark) / 2 connections, and the pruner closes connections
+   above the high watermark: the auto-connector is stopped once the host runs, ``ConnectionConfig`` has
+   ``min_connections=low_watermark=0`` and ``max_connections=high_watermark=connections_max``, and the
+   members are ``protect``-ed from pruning. The auto-connector also forces its logger to INFO; the
+   logging fix (8) resets it to NOTSET.
+10. Identify would add addresses that peers observed for us to ``get_addrs``, which backs
+    :meth:`Transport.listen_addrs`: ``disable_identify_address_discovery=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+import re
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import libp2p
+import multiaddr
+import trio
+from libp2p.abc import INetConn, INetStream, INetwork, INotifee
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.exceptions import BaseLibp2pError
+from libp2p.network.config import ConnectionConfig
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from ledger import KeyPair
+from node.runtime._frames import FrameError, encode_header, read_frame
+
+# The one piece of global state (defect 8): `import libp2p` (above) cleared the "libp2p" logger's handlers
+# and stopped propagation. Unless LIBP2P_DEBUG gave it handlers of its own, send its records to ours.
+_libp2p_logger = logging.getLogger("libp2p")
+if not _libp2p_logger.handlers:
+    _libp2p_logger.propagate = True
+    _libp2p_logger.setLevel(logging.WARNING)
+    logging.getLogger("libp2p.network.auto_connector").setLevel(logging.NOTSET)  # it forces INFO on itself
+
+__all__ = ["DATA_KINDS", "MSG_KINDS", "Transport", "TransportLimits", "TransportStats", "protocol_ids"]
+
+MSG_KINDS = frozenset({"pbft", "scores", "want"})
+DATA_KINDS = frozenset({"update", "blobs", "model"})
+_CHAIN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_NET_ERRORS = (BaseLibp2pError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+_POLL_S = 2.0  # supervisors re-check state at least this often, even if a notification was missed
+_CLOSE_TIMEOUT_S = 2.0
+
+
+def protocol_ids(chain_id: str) -> tuple[TProtocol, TProtocol]:
+    """``(msg, blob)`` protocol ids of a chain."""
+    if not _CHAIN_ID.fullmatch(chain_id):
+        raise ValueError(f"chain id {chain_id!r} is not 1-64 characters of [A-Za-z0-9._-]")
+    return TProtocol(f"/concilium/{chain_id}/msg/1"), TProtocol(f"/concilium/{chain_id}/blob/1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportLimits:
+    msg_frame_max: int = 16 << 20  # frames of kinds pbft/scores/want
+    data_frame_max: int = 256 << 20  # frames of kinds update/blobs/model (= node._wire.ENVELOPE_BYTES_MAX)
+    header_timeout_s: float = 120.0  # an inbound stream idle this long between frames is reset (bad frame)
+    read_base_s: float = 10.0  # payload deadline = read_base_s + size / read_bytes_per_s_min
+    read_bytes_per_s_min: int = 1 << 20  # also paces the write deadline
+    write_timeout_s: float = 30.0  # write deadline = write_timeout_s + size / read_bytes_per_s_min
+    dial_timeout_s: float = 10.0  # one dial, or one stream open
+    queue_bytes_max: int = 512 << 20  # per peer, both protocols; beyond it the oldest frames are dropped
+    bad_frames_max: int = 8  # more bad frames than this within the window: banned
+    bad_frames_window_s: float = 600.0
+    ban_s: float = 60.0
+    inbound_streams_per_peer_max: int = 8
+    connections_max: int = 256
+    backoff_min_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.msg_frame_max <= self.data_frame_max < 1 << 32:
+            raise ValueError("need 0 < msg_frame_max <= data_frame_max < 2**32")
+        positive = ("header_timeout_s", "read_bytes_per_s_min", "write_timeout_s", "dial_timeout_s",
+                    "queue_bytes_max", "bad_frames_window_s", "inbound_streams_per_peer_max",
+                    "connections_max", "backoff_min_s")  # fmt: skip
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.read_base_s < 0 or self.bad_frames_max < 0 or self.ban_s < 0:
+            raise ValueError("read_base_s, bad_frames_max and ban_s must be >= 0")
+        if self.backoff_max_s < self.backoff_min_s:
+            raise ValueError("backoff_max_s < backoff_min_s")
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStats:
+    """A snapshot. Outbound counters are by kind; inbound by protocol (``msg``/``blob``), since the kind
+    travels inside the (still undecoded) envelope. ``dropped`` counts frames and streams not delivered
+    or not sent, by reason."""
+
+    messages_out: Counter[str]
+    bytes_out: Counter[str]
+    messages_in: Counter[str]
+    bytes_in: Counter[str]
+    dropped: Counter[str]
+    bans: int  # bans imposed so far
+    banned: tuple[str, ...]  # peers banned now
+    dials_failed: int
+    restarts: int  # crashed tasks restarted by the supervisor
+
+
+@dataclass(frozen=True, slots=True)
+class _Channel:
+    name: str  # "msg" | "blob"
+    protocol: TProtocol
+    frame_max: int
+
+
+@dataclass(slots=True)
+class _Queued:
+    seq: int
+    data: bytes
+    kind: str
+    retried: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Peer:
+    id: str
+    pid: ID
+    queues: dict[str, deque[_Queued]]
+    queued: dict[str, trio.Event]  # set when a frame is appended to that queue
+    addrs: list[multiaddr.Multiaddr] = field(default_factory=list)
+    changed: trio.Event = field(default_factory=trio.Event)  # connection, ban or address book changed
+    queued_bytes: int = 0
+    inbound_streams: int = 0
+    bad_at: deque[float] = field(default_factory=deque)
+    banned_until: float = -math.inf
+
+
+class _Gate(INotifee):
+    """Network notifee: closes connections from non-members and banned peers (defect 3), wakes loops."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._transport._on_connection(conn, opened=True)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        self._transport._on_connection(conn, opened=False)
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: multiaddr.Multiaddr) -> None:
+        return None
+
+
+def _short(peer: str) -> str:
+    return peer[-8:]
+
+
+class Transport:
+    """Moves opaque frames between member peers; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        key: KeyPair,
+        chain_id: str,
+        members: Collection[str],
+        addresses: Mapping[str, Sequence[str]],
+        listen: Sequence[str],
+        on_frame: Callable[[str, bytes], None],
+        limits: TransportLimits = TransportLimits(),
+        log: logging.Logger | None = None,
+    ) -> None:
+        key_pair = create_new_key_pair(key.seed)
+        if ID.from_pubkey(key_pair.public_key).to_base58() != key.peer_id:
+            raise ValueError("the libp2p peer id of the key's seed differs from key.peer_id")
+        msg, blob = protocol_ids(chain_id)
+        self.peer_id = key.peer_id
+        self.limits = limits
+        self._log = log or logging.getLogger(__name__)
+        self._on_frame = on_frame
+        self._channels = {"msg": _Channel("msg", msg, limits.msg_frame_max),
+                          "blob": _Channel("blob", blob, limits.data_frame_max)}  # fmt: skip
+        self._listen = [multiaddr.Multiaddr(a) for a in listen]
+        self._peers = {
+            m: _Peer(m, ID.from_base58(m), {c: deque() for c in self._channels},
+                     {c: trio.Event() for c in self._channels})  # fmt: skip
+            for m in sorted(set(members))
+            if m != self.peer_id
+        }
+        for peer, addrs in addresses.items():
+            if peer != self.peer_id:
+                for addr in addrs:
+                    self.add_address(peer, addr)
+        self._host = libp2p.new_host(
+            key_pair=key_pair,
+            sec_opt={NOISE_PROTOCOL_ID: NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)},
+            muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
+            listen_addrs=self._listen,
+            connection_config=ConnectionConfig(
+                max_connections=limits.connections_max, high_watermark=limits.connections_max,
+                min_connections=0, low_watermark=0, dial_timeout=limits.dial_timeout_s),  # fmt: skip
+            disable_identify_address_discovery=True,
+        )
+        self._nursery: trio.Nursery | None = None
+        self._started = False
+        self._seq = 0
+        self._messages_out: Counter[str] = Counter()
+        self._bytes_out: Counter[str] = Counter()
+        self._messages_in: Counter[str] = Counter()
+        self._bytes_in: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
+        self._bans = 0
+        self._dials_failed = 0
+        self._restarts = 0
+
+    # ---------------------------------------------------------------- public API
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, then keep members connected and queues drained until cancelled. Runs once."""
+        if self._nursery is not None:
+            raise RuntimeError("Transport.run() runs once")
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._host.get_network().register_notifee(_Gate(self))
+            for channel in self._channels.values():
+                self._host.set_stream_handler(channel.protocol, functools.partial(self._serve, channel))
+            async with self._host.run(listen_addrs=self._listen):
+                network = self._host.get_network()
+                await network.auto_connector.stop()  # defect 9: it would dial any peer in the peerstore
+                for peer in self._peers.values():
+                    network.protect(peer.pid, "concilium-member")  # never pruned in a connection flood
+                for peer in self._peers.values():
+                    nursery.start_soon(self._supervised, f"dialer {_short(peer.id)}", self._dial_loop, peer)
+                    for channel in self._channels.values():
+                        name = f"sender {channel.name} {_short(peer.id)}"
+                        nursery.start_soon(self._supervised, name, self._send_loop, peer, channel)
+                self._started = True
+                self._log.info("transport %s listening on %s", _short(self.peer_id), self.listen_addrs())
+                task_status.started()
+                await trio.sleep_forever()
+
+    def send(self, to: str, data: bytes, kind: str) -> None:
+        """Queue ``data`` for ``to``; never blocks, never raises for peer reasons (drops are counted).
+
+        Raises ``ValueError`` for an unknown ``kind`` or empty ``data`` (local bugs)."""
+        channel = self._channel_of(kind)
+        peer = self._peers.get(to)
+        size = len(data)
+        if size == 0:
+            raise ValueError("an empty frame (the receiver would count it as a bad frame)")
+        if peer is None:
+            self._dropped["to_self" if to == self.peer_id else "unknown_peer"] += 1
+            return
+        if size > channel.frame_max or size > self.limits.queue_bytes_max:
+            self._log.warning("not sending a %d-byte %s frame to %s: above the cap", size, kind, _short(to))
+            self._dropped["too_large"] += 1
+            return
+        if self._is_banned(peer):
+            self._dropped["to_banned"] += 1
+            return
+        self._seq += 1
+        peer.queues[channel.name].append(_Queued(self._seq, bytes(data), kind))
+        peer.queued_bytes += size
+        while peer.queued_bytes > self.limits.queue_bytes_max:  # drop the oldest frame of either queue
+            oldest = min((q for q in peer.queues.values() if q), key=lambda q: q[0].seq)
+            peer.queued_bytes -= len(oldest.popleft().data)
+            self._dropped["queue_full"] += 1
+        peer.queued[channel.name].set()
+
+    def listen_addrs(self) -> list[str]:
+        """The addresses this node listens on, with ``/p2p/<peer id>`` (port 0 resolved)."""
+        if not self._started:
+            raise RuntimeError("the transport is not listening yet")
+        return [str(a) for a in self._host.get_addrs()]
+
+    def connected(self) -> list[str]:
+        """Member peer ids with an open connection, sorted."""
+        return [p.id for p in self._peers.values() if self._is_connected(p)]
+
+    def add_address(self, peer: str, addr: str) -> None:
+        """Remember a dial address of a member (``/ip4/.../tcp/...``, optionally ending ``/p2p/<peer>``)."""
+        state = self._peers.get(peer)
+        if state is None:
+            raise ValueError(f"{peer} is not a member (or is this node)")
+        try:
+            maddr = multiaddr.Multiaddr(addr)
+        except Exception as exc:  # py-multiaddr raises several unrelated types for bad text
+            raise ValueError(f"bad multiaddr {addr!r}: {exc}") from exc
+        if "/p2p/" in addr:
+            head, _, tail = addr.partition("/p2p/")
+            if tail != peer:
+                raise ValueError(f"address {addr!r} names another peer than {peer}")
+            maddr = multiaddr.Multiaddr(head)
+        if str(maddr) not in {str(a) for a in state.addrs}:
+            state.addrs.append(maddr)
+            self._changed(state)
+
+    @property
+    def stats(self) -> TransportStats:
+        return TransportStats(
+            messages_out=Counter(self._messages_out), bytes_out=Counter(self._bytes_out),
+            messages_in=Counter(self._messages_in), bytes_in=Counter(self._bytes_in),
+            dropped=Counter(self._dropped), bans=self._bans,
+            banned=tuple(p.id for p in self._peers.values() if self._is_banned(p)),
+            dials_failed=self._dials_failed, restarts=self._restarts,
+        )  # fmt: skip
+
+    # ---------------------------------------------------------------- inbound
+
+    async def _serve(self, channel: _Channel, stream: INetStream) -> None:
+        """The stream handler. Nothing may escape it: libp2p would crash the process (defect 1)."""
+        peer_id = "?"
+        try:
+            peer_id = str(stream.muxed_conn.peer_id)
+            peer = self._peers.get(peer_id)
+            if peer is None:
+                refusal: str | None = "non_member"
+            elif self._is_banned(peer):
+                refusal = "banned"
+            elif peer.inbound_streams >= self.limits.inbound_streams_per_peer_max:
+                refusal = "too_many_streams"
+            else:
+                refusal = None
+            if peer is None or refusal is not None:
+                self._dropped[f"stream_{refusal}"] += 1
+                self._log.info("refusing a %s stream from %s: %s", channel.name, _short(peer_id), refusal)
+                await self._reset(stream)
+                return
+            peer.inbound_streams += 1
+            try:
+                await self._read_frames(channel, peer, stream)
+            finally:
+                peer.inbound_streams -= 1
+        except Exception:
+            self._dropped["handler_error"] += 1
+            self._log.exception("%s stream from %s failed; resetting it", channel.name, _short(peer_id))
+            await self._reset(stream)
+
+    async def _read_frames(self, channel: _Channel, peer: _Peer, stream: INetStream) -> None:
+        limits = self.limits
+        while True:
+            try:
+                data = await read_frame(
+                    stream,
+                    frame_max=channel.frame_max,
+                    header_timeout_s=limits.header_timeout_s,
+                    read_base_s=limits.read_base_s,
+                    read_bytes_per_s_min=limits.read_bytes_per_s_min,
+                )
+            except FrameError as bad:
+                self._log.warning("bad %s frame from %s: %s", channel.name, _short(peer.id), bad)
+                self._bad_frame(peer, bad.reason)
+                await self._reset(stream)
+                return
+            if data is None:  # clean end at a frame boundary
+                with trio.move_on_after(_CLOSE_TIMEOUT_S):
+                    try:
+                        await stream.close()
+                    except _NET_ERRORS:
+                        pass
+                return
+            if self._is_banned(peer):
+                self._dropped["from_banned"] += 1
+                await self._reset(stream)
+                return
+            self._messages_in[channel.name] += 1
+            self._bytes_in[channel.name] += len(data)
+            try:
+                self._on_frame(peer.id, data)
+            except Exception:
+                self._dropped["on_frame_error"] += 1
+                self._log.exception("on_frame raised for a %s frame from %s", channel.name, _short(peer.id))
+
+    def _bad_frame(self, peer: _Peer, reason: str) -> None:
+        self._dropped[reason] += 1
+        now = trio.current_time()
+        peer.bad_at.append(now)
+        while peer.bad_at and peer.bad_at[0] < now - self.limits.bad_frames_window_s:
+            peer.bad_at.popleft()
+        if len(peer.bad_at) > self.limits.bad_frames_max and not self._is_banned(peer):
+            peer.bad_at.clear()
+            peer.banned_until = now + self.limits.ban_s
+            self._bans += 1
+            self._log.warning("banning %s for %g s: too many bad frames", _short(peer.id), self.limits.ban_s)
+            for queue in peer.queues.values():
+                self._dropped["to_banned"] += len(queue)
+                queue.clear()
+            peer.queued_bytes = 0
+            self._changed(peer)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._disconnect, peer.pid)
+
+    def _on_connection(self, conn: INetConn, *, opened: bool) -> None:
+        peer_id = str(conn.muxed_conn.peer_id)
+        peer = self._peers.get(peer_id)
+        if peer is not None:
+            self._changed(peer)
+        if opened and (peer is None or self._is_banned(peer)):
+            reason = "non_member" if peer is None else "banned"
+            self._dropped[f"connection_{reason}"] += 1
+            self._log.info("closing the connection from %s: %s", _short(peer_id), reason)
+            if self._nursery is not None:
+                self._nursery.start_soon(self._close_connection, conn)
+
+    # ---------------------------------------------------------------- outbound
+
+    async def _send_loop(self, peer: _Peer, channel: _Channel) -> None:
+        queue = peer.queues[channel.name]
+        stream: INetStream | None = None
+        backoff = self.limits.backoff_min_s
+        while True:
+            if not queue:
+                # close an idle stream before the receiver's header timeout would count it as a bad frame
+                idle_s = self.limits.header_timeout_s / 2 if stream is not None else math.inf
+                peer.queued[channel.name] = event = trio.Event()
+                with trio.move_on_after(idle_s):
+                    await event.wait()
+                if not queue and stream is not None:
+                    await self._close(stream)
+                    stream = None
+                continue
+            if stream is None:
+                if self._is_banned(peer) or not self._is_connected(peer):
+                    await self._wait_changed(peer)
+                    continue
+                stream = await self._open(peer, channel)
+                if stream is None:
+                    await trio.sleep(backoff)
+                    backoff = min(2 * backoff, self.limits.backoff_max_s)
+                    continue
+                backoff = self.limits.backoff_min_s
+            item = queue.popleft()
+            peer.queued_bytes -= len(item.data)
+            if await self._write(stream, item.data):
+                self._messages_out[item.kind] += 1
+                self._bytes_out[item.kind] += len(item.data)
+                continue
+            self._log.info("%s stream to %s failed; reopening", channel.name, _short(peer.id))
+            await self._reset(stream)
+            stream = None
+            if item.retried:
+                self._dropped["write_failed"] += 1
+            else:  # a stale stream (the peer restarted, or closed it): one more try on a fresh one
+                item.retried = True
+                queue.appendleft(item)
+                peer.queued_bytes += len(item.data)
+
+    async def _open(self, peer: _Peer, channel: _Channel) -> INetStream | None:
+        with trio.move_on_after(self.limits.dial_timeout_s):
+            try:
+                return await self._host.new_stream(peer.pid, [channel.protocol])
+            except _NET_ERRORS as exc:
+                self._log.info("cannot open %s to %s: %r", channel.protocol, _short(peer.id), exc)
+                return None
+        self._log.info("opening %s to %s timed out", channel.protocol, _short(peer.id))
+        return None
+
+    async def _write(self, stream: INetStream, data: bytes) -> bool:
+        deadline_s = self.limits.write_timeout_s + len(data) / self.limits.read_bytes_per_s_min
+        with trio.move_on_after(deadline_s):
+            try:
+                await stream.write(encode_header(len(data)))
+                await stream.write(data)
+                return True
+            except _NET_ERRORS as exc:
+                self._log.debug("write failed: %r", exc)
+                return False
+        return False
+
+    # ---------------------------------------------------------------- connection supervisor
+
+    async def _dial_loop(self, peer: _Peer) -> None:
+        backoff = self.limits.backoff_min_s
+        attempt = 0
+        while True:
+            if self._is_banned(peer):
+                await trio.sleep_until(peer.banned_until)
+                continue
+            if self._is_connected(peer) or not peer.addrs:
+                await self._wait_changed(peer)
+                continue
+            if await self._dial(peer):
+                # a connection the peer drops at once (it refuses us) must not become a dial storm:
+                # only one that lasts backoff_max_s resets the backoff
+                with trio.move_on_after(self.limits.backoff_max_s) as lasted:
+                    while self._is_connected(peer):
+                        await self._wait_changed(peer)
+                if lasted.cancelled_caught:
+                    backoff, attempt = self.limits.backoff_min_s, 0
+                    continue
+            else:
+                self._dials_failed += 1
+            attempt += 1
+            digest = hashlib.sha256(f"{self.peer_id}|{peer.id}|{attempt}".encode()).digest()
+            jitter = 0.5 + 0.5 * int.from_bytes(digest[:2], "big") / 0xFFFF  # deterministic, in [0.5, 1]
+            with trio.move_on_after(backoff * jitter):
+                await self._addresses_changed(peer)  # a new address cuts the wait short
+            backoff = min(2 * backoff, self.limits.backoff_max_s)
+
+    async def _dial(self, peer: _Peer) -> bool:
+        self._host.get_network().unblock_peer(peer.pid)  # defect 6: the negative dial cache
+        with trio.move_on_after(self.limits.dial_timeout_s):
+            try:
+                await self._host.connect(PeerInfo(peer.pid, list(peer.addrs)))
+                self._log.info("connected to %s", _short(peer.id))
+                return True
+            except _NET_ERRORS as exc:
+                self._log.info("dialing %s failed: %r", _short(peer.id), exc)
+                return False
+        self._log.info("dialing %s timed out", _short(peer.id))
+        return False
+
+    async def _addresses_changed(self, peer: _Peer) -> None:
+        known = len(peer.addrs)
+        while len(peer.addrs) == known:
+            await peer.changed.wait()
+
+    # ---------------------------------------------------------------- helpers
+
+    async def _supervised(self, name: str, loop: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``loop`` forever, restarting it with backoff when it crashes (``Cancelled`` passes)."""
+        backoff = self.limits.backoff_min_s
+        while True:
+            try:
+                await loop(*args)
+                return
+            except Exception:
+                self._restarts += 1
+                self._log.exception("%s crashed; restarting in %.1f s", name, backoff)
+            await trio.sleep(backoff)
+            backoff = min(2 * backoff, self.limits.backoff_max_s)
+
+    def _channel_of(self, kind: str) -> _Channel:
+        if kind in MSG_KINDS:
+            return self._channels["msg"]
+        if kind in DATA_KINDS:
+            return self._channels["blob"]
+        raise ValueError(f"unknown frame kind {kind!r}")
+
+    def _is_banned(self, peer: _Peer) -> bool:
+        return trio.current_time() < peer.banned_until
+
+    def _is_connected(self, peer: _Peer) -> bool:
+        if not self._started:
+            return False
+        return any(not c.is_closed for c in self._host.get_network().get_connections(peer.pid))
+
+    @staticmethod
+    def _changed(peer: _Peer) -> None:
+        peer.changed.set()
+        peer.changed = trio.Event()
+
+    async def _wait_changed(self, peer: _Peer) -> None:
+        with trio.move_on_after(_POLL_S):
+            await peer.changed.wait()
+
+    async def _disconnect(self, pid: ID) -> None:
+        with trio.move_on_after(_CLOSE_TIMEOUT_S):
+            try:
+                await self._host.get_network().close_peer(pid)
+            except _NET_ERRORS as exc:
+                self._log.info("closing %s: %r", _short(str(pid)), exc)
+
+    async def _close_connection(self, conn: INetConn) -> None:
+        with trio.move_on_after(_CLOSE_TIMEOUT_S):
+            try:
+                await conn.close()
+            except _NET_ERRORS as exc:
+                self._log.info("closing a connection: %r", exc)
+
+    @staticmethod
+    async def _reset(stream: INetStream) -> None:
+        with trio.move_on_after(_CLOSE_TIMEOUT_S):
+            try:
+                await stream.reset()
+            except _NET_ERRORS:
+                pass
+
+    @staticmethod
+    async def _close(stream: INetStream) -> None:
+        with trio.move_on_after(_CLOSE_TIMEOUT_S):
+            try:
+                await stream.close()
+            except _NET_ERRORS:
+                pass

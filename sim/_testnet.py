@@ -1,0 +1,391 @@
+"""Real networks of node processes: ``concilium testnet init`` (files for N nodes, on one machine or many) and
+``concilium testnet local`` (N processes on 127.0.0.1, watched, verified, with a results folder).
+
+A testnet runs a scenario's genesis and data (:class:`sim._world.World`): member ``i`` trains on partition
+``i``. ``testnet local`` uses the scenario's own (derived) keys and a genesis without addresses, i.e. the very
+genesis ``sim run`` uses, so the two give the same accepted sets and model digests when nothing times out
+(block times, hence block hashes, are wall-clock times on a testnet). ``testnet init`` draws fresh keys from
+the OS and writes each node's address into the genesis, for networks that outlive a test.
+
+The node processes are ``python -m concilium node start --config nodes/node-i/node.toml --log-format json``;
+their JSON event lines (``nodes/node-i/node.log``) are all the supervisor reads. It never talks to them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+
+from ledger import KeyPair, LedgerError
+from ledger.store import FileBlobStore
+from node.config import dump_genesis, write_file_atomic
+from node.keys import generate_key, save_key
+from sim._scenario import Scenario
+from sim._world import World
+
+__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "write_testnet"]
+
+NODES_DIR = "nodes"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFiles:
+    index: int
+    dir: Path
+    config: Path
+    peer_id: str
+    address: str
+    """The address other nodes dial: ``/ip4/HOST/tcp/PORT/p2p/PEERID``."""
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` TCP ports free on ``host`` right now (bound to port 0 together, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def check_runs_over_network(scenario: Scenario) -> None:
+    """Refuse a scenario whose adversary a testnet cannot run yet: its node processes train honestly, so a
+    Byzantine client, an attack, an availability model or a fault would silently not happen."""
+    from sim._scenario import AdversaryConfig  # noqa: PLC0415
+
+    if scenario.adversary != AdversaryConfig():
+        raise ValueError(
+            f"scenario {scenario.name!r} has an [adversary] section: the node processes of a testnet do not run the "
+            "adversary module yet (only `concilium sim run` does); remove the section to run it honestly"
+        )
+
+
+def write_testnet(
+    out: Path,
+    world: World,
+    *,
+    keys: Sequence[KeyPair],
+    hosts: Sequence[str],
+    ports: Sequence[int],
+    listen_host: str,
+    scenario_file: str,
+    addrs_in_genesis: bool,
+) -> list[NodeFiles]:
+    """Write ``genesis.toml`` and, per node, ``nodes/node-i/{node.key,node.toml}`` under ``out``."""
+    n = len(keys)
+    addrs = [f"/ip4/{hosts[i]}/tcp/{ports[i]}" for i in range(n)]
+    genesis = world.genesis_for([k.public_key for k in keys], [(a,) for a in addrs] if addrs_in_genesis else ())
+    write_file_atomic(out / "genesis.toml", dump_genesis(genesis).encode(), overwrite=True)
+    files = []
+    for i, k in enumerate(keys):
+        d = out / NODES_DIR / f"node-{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        save_key(k, d / "node.key", overwrite=True)
+        files.append(NodeFiles(i, d, d / "node.toml", k.peer_id, f"{addrs[i]}/p2p/{k.peer_id}"))
+    for f in files:
+        cfg = {
+            "genesis": "../../genesis.toml",
+            "key": "node.key",
+            "data_dir": "data",
+            "listen": [f"/ip4/{listen_host}/tcp/{ports[f.index]}"],
+            "peers": [] if addrs_in_genesis else [g.address for g in files if g.index != f.index],
+            "data": {"scenario": scenario_file, "member": f.index},
+        }
+        write_file_atomic(f.config, tomli_w.dumps(cfg).encode(), overwrite=True)
+    return files
+
+
+COMPOSE_SUBNET = "172.28.0.0/24"
+COMPOSE_PORT = 4001
+
+
+def compose_host(i: int) -> str:
+    """The static address of node ``i`` on the compose network (``COMPOSE_SUBNET``)."""
+    return f"172.28.0.{10 + i}"
+
+
+def init_testnet(
+    scenario: Scenario, out: Path, *, hosts: Sequence[str], base_port: int, scenario_file: str, derived_keys: bool,
+    compose: bool = False,
+) -> list[NodeFiles]:
+    """``concilium testnet init``: fresh keys (or the scenario's derived ones), addresses in the genesis, and with
+    ``compose`` a ``compose.yaml`` running every node in its own container at a static address."""
+    check_runs_over_network(scenario)
+    world = World.build(scenario)
+    n = scenario.members
+    keys = list(world.keys) if derived_keys else [generate_key() for _ in range(n)]
+    if compose:
+        hosts, ports = [compose_host(i) for i in range(n)], [COMPOSE_PORT] * n
+    else:
+        hosts = list(hosts) if len(hosts) == n else [hosts[0]] * n
+        ports = [base_port + (i if len(set(hosts)) == 1 else 0) for i in range(n)]
+    files = write_testnet(out, world, keys=keys, hosts=hosts, ports=ports, listen_host="0.0.0.0",
+                          scenario_file=scenario_file, addrs_in_genesis=True)
+    if compose:
+        write_file_atomic(out / "compose.yaml", compose_file(files).encode(), overwrite=True)
+    return files
+
+
+def compose_file(files: Sequence[NodeFiles]) -> str:
+    """A docker compose file for the nodes of ``files`` (written beside ``genesis.toml``): the image's entrypoint
+    ``concilium node start``, the testnet folder mounted read-only at ``/testnet``, a volume per node for its
+    data dir, static addresses, and a healthcheck on the node's status file (``concilium node status``)."""
+    lines = [
+        "# Written by `concilium testnet init --compose`: one container per node, static addresses on a private",
+        "# network. Build the image once from the concilium checkout (docker build -f docker/Dockerfile -t",
+        "# concilium:dev .), then from this folder: docker compose up",
+        "# The key files must be readable by the image's user (uid 10001): chown 10001 nodes/*/node.key",
+        "services:",
+    ]
+    for f in files:
+        i = f.index
+        lines += [
+            f"  node-{i}:",
+            "    image: concilium:dev",
+            f'    command: ["node", "start", "--config", "/testnet/nodes/node-{i}/node.toml", "--data-dir", "/data", '
+            '"--log-format", "json"]',
+            "    volumes:",
+            "      - .:/testnet:ro",
+            f"      - node-{i}-data:/data",
+            "    networks:",
+            "      testnet:",
+            f"        ipv4_address: {compose_host(i)}",
+            "    healthcheck:",
+            '      test: ["CMD", "concilium", "node", "status", "--data-dir", "/data", "--max-age", "30"]',
+            "      interval: 10s",
+            "      timeout: 5s",
+            "      retries: 3",
+            "    restart: unless-stopped",
+        ]
+    lines += ["networks:", "  testnet:", "    ipam:", "      config:", f"        - subnet: {COMPOSE_SUBNET}", "volumes:"]
+    lines += [f"  node-{f.index}-data:" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(slots=True)
+class _NodeWatch:
+    files: NodeFiles
+    proc: subprocess.Popen[bytes]
+    log: Path
+    offset: int = 0
+    height: int = 0
+    decided: dict[int, dict[str, Any]] = field(default_factory=dict)
+    done: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def _child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: die with us
+    except (OSError, AttributeError):
+        pass
+
+
+class LocalTestnet:
+    """``concilium testnet local``: run ``scenario`` as N node processes on 127.0.0.1 (see the module)."""
+
+    def __init__(self, scenario: Scenario, out: Path, *, scenario_file: str, progress: bool = True,
+                 timeout_s: float = 600.0) -> None:
+        check_runs_over_network(scenario)
+        self.sc = scenario
+        self.out = out
+        self.scenario_file = scenario_file
+        self.progress = progress
+        self.timeout_s = timeout_s
+        self.world = World.build(scenario)
+        self.nodes: list[_NodeWatch] = []
+        self.metrics: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        n = self.sc.members
+        ports = free_ports(n)
+        files = write_testnet(self.out, self.world, keys=self.world.keys, hosts=["127.0.0.1"] * n, ports=ports,
+                              listen_host="127.0.0.1", scenario_file=self.scenario_file, addrs_in_genesis=False)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        for f in files:
+            log = f.dir / "node.log"
+            cmd = [sys.executable, "-m", "concilium", "node", "start", "--config", str(f.config), "--log-format", "json",
+                   "--until-height", str(self.sc.rounds), "--status-every", "2"]
+            with open(log, "wb") as stdout, open(f.dir / "stderr.log", "wb") as stderr:
+                proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                        env=env, preexec_fn=_child_setup)  # noqa: PLW1509 - only signal/prctl calls
+            self.nodes.append(_NodeWatch(f, proc, log))
+
+    def _poll(self) -> None:
+        for w in self.nodes:
+            try:
+                with open(w.log, "rb") as fh:
+                    fh.seek(w.offset)
+                    chunk = fh.read()
+            except OSError:
+                continue
+            end = chunk.rfind(b"\n") + 1
+            w.offset += end
+            for line in chunk[:end].splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(ev, dict):
+                    continue
+                if ev.get("event") == "decided" and isinstance(ev.get("height"), int):
+                    w.decided[ev["height"]] = ev
+                    w.height = max(w.height, ev["height"])
+                elif ev.get("level") == "error":
+                    w.errors.append(str(ev)[:300])
+            if w.proc.poll() is not None:
+                w.done = True
+
+    def _evaluate(self, height: int) -> tuple[float, float]:
+        """Test accuracy and loss of the model block ``height`` committed (read from a node's blob store)."""
+        import torch  # noqa: PLC0415
+
+        for w in self.nodes:
+            ev = w.decided.get(height)
+            if ev is None:
+                continue
+            try:
+                digest = bytes.fromhex(str(ev.get("model", "")))
+                store = FileBlobStore(w.files.dir / "data" / "ledger" / "blobs", readonly=True)
+                blob = store.get(digest) if store.has(digest) else None
+            except (ValueError, OSError, LedgerError):
+                blob = None
+            if blob is None:
+                continue
+            from learning._blobs import blob_to_vector  # noqa: PLC0415
+
+            vec = np.array(blob_to_vector(blob), dtype=np.float32)
+            res = self.world.trainer.evaluate(torch.from_numpy(vec), self.world.test)
+            return float(res.accuracy), float(res.loss)
+        return math.nan, math.nan
+
+    def run(self) -> dict[str, Any]:
+        """Start the nodes, show progress until every node stored the last round, verify every node's ledger."""
+        from tqdm import tqdm  # noqa: PLC0415
+
+        t0 = time.monotonic()
+        self.start()
+        bar = tqdm(total=self.sc.rounds, desc=f"testnet {self.sc.name} ({self.sc.members} nodes)", unit="round",
+                   disable=not self.progress, dynamic_ncols=True)
+        shown = 0
+        interrupted = 0
+        try:
+            while True:
+                self._poll()
+                top = min((w.height for w in self.nodes), default=0)
+                while shown < top:
+                    shown += 1
+                    m = self._round_metrics(shown, t0)
+                    self.metrics.append(m)
+                    bar.update(1)
+                    bar.set_postfix_str(f"acc {m['accuracy']:.3f} view {m['view']} committee {m['committee']}")
+                if all(w.done for w in self.nodes) or shown >= self.sc.rounds and all(w.done for w in self.nodes):
+                    break
+                if any(w.done and w.proc.returncode not in (0, None) for w in self.nodes):
+                    break
+                if time.monotonic() - t0 > self.timeout_s:
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            interrupted = signal.SIGINT
+        finally:
+            bar.close()
+            self.stop()
+        self._poll()
+        return self._summary(time.monotonic() - t0, interrupted)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for w in self.nodes:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        for w in self.nodes:
+            try:
+                w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+
+    def _round_metrics(self, h: int, t0: float) -> dict[str, Any]:
+        ev = next((w.decided[h] for w in self.nodes if h in w.decided), {})
+        acc, loss = self._evaluate(h)
+        return {
+            "fl_round": h,
+            "view": int(ev.get("view", 0)),
+            "accuracy": acc,
+            "loss": loss,
+            "accepted": len(ev.get("accepted", [])),
+            "committee": " ".join(f"n{self.world.index_of(p)}" for p in ev.get("committee", []) if _is_member(self.world, p)),
+            "proposer": f"n{self.world.index_of(ev['proposer'])}" if _is_member(self.world, ev.get("proposer")) else "",
+            "evidence": int(ev.get("evidence", 0)),
+            "block_hash": ev.get("hash", ""),
+            "model_digest": ev.get("model", ""),
+            "wall_time_s": round(time.monotonic() - t0, 3),
+        }
+
+    def _summary(self, wall: float, interrupted: int) -> dict[str, Any]:
+        from sim._run import verify_ledger  # noqa: PLC0415
+
+        out = self.out
+        if self.metrics:
+            with open(out / "metrics.csv", "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(list(self.metrics[0]))
+                for m in self.metrics:
+                    w.writerow(list(m.values()))
+            from sim._run import accuracy_plot  # noqa: PLC0415
+
+            accuracy_plot(out / "accuracy.png", [(m["fl_round"], m["accuracy"]) for m in self.metrics],
+                          f"testnet {self.sc.name} ({self.sc.members} node processes, {self.sc.protocol.mode} mode)")
+        ledgers = []
+        for w in self.nodes:
+            path = w.files.dir / "data" / "ledger"
+            ok, verdict = verify_ledger(path) if (path / "chain.sqlite").exists() else (False, "no ledger")
+            ledgers.append({"node": w.files.index, "peer": w.files.peer_id, "ledger": str(path), "verified": ok,
+                            "verdict": verdict, "height": w.height, "exit_code": w.proc.returncode,
+                            "errors": w.errors[:5]})
+        heads = {m.get("verdict", "").split("head ")[-1].split(",")[0] for m in ledgers if m["verified"]}
+        final = next((m["accuracy"] for m in reversed(self.metrics) if not math.isnan(m["accuracy"])), math.nan)
+        summary = {
+            "scenario": self.sc.name,
+            "seed": self.sc.seed,
+            "mode": self.sc.protocol.mode,
+            "algorithm": self.sc.protocol.algorithm,
+            "nodes": self.sc.members,
+            "rounds": len(self.metrics),
+            "rounds_wanted": self.sc.rounds,
+            "final_accuracy": final,
+            "view_changes": sum(m["view"] for m in self.metrics),
+            "all_verified": all(m["verified"] for m in ledgers),
+            "same_head": len(heads) == 1 and all(m["verified"] for m in ledgers),
+            "ledgers": ledgers,
+            "wall_seconds": round(wall, 3),
+            "interrupted": bool(interrupted),
+        }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+        return summary
+
+
+def _is_member(world: World, p: Any) -> bool:
+    return isinstance(p, str) and any(k.peer_id == p for k in world.keys)
