@@ -86,7 +86,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     import torch  # noqa: PLC0415
 
     from sim import load_scenario, resolve_scenario  # noqa: PLC0415
-    from sim._world import MemberTrainer, World  # noqa: PLC0415
+    from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary  # noqa: PLC0415
 
     torch.set_num_threads(max(1, args.threads))
     scenario_path = resolve_scenario(cfg.data.scenario)
@@ -95,7 +95,13 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         raise ConfigFileError(f"{scenario_path}: its initial model is not the genesis model of {cfg.genesis}")
     if len(world.client_data) != len(genesis.members):
         raise ConfigFileError(f"{scenario_path}: {len(world.client_data)} members, the genesis has {len(genesis.members)}")
-    trainer = MemberTrainer(world, cfg.data.member)
+    try:
+        check_network_adversary(world.scenario)
+        byzantine = cfg.data.member in byzantine_indices(world.scenario, genesis)
+        trainer = MemberTrainer(world, cfg.data.member, byzantine=byzantine)
+        adversary = network_adversary(world, genesis, key)
+    except ValueError as e:
+        raise ConfigFileError(f"{scenario_path}: {e}") from None
 
     import trio  # noqa: PLC0415
 
@@ -114,7 +120,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
     try:
         runtime = NodeRuntime(genesis=genesis, key=key, data_dir=cfg.data_dir, initial_model=world.theta0,
-                              trainer=trainer, options=options, log=log)
+                              trainer=trainer, options=options, log=log, adversary=adversary)
     except DurableStateError as e:
         raise ConfigFileError(f"{cfg.data_dir}: {e}") from None
     signum = trio.run(run_node, runtime)
@@ -147,7 +153,7 @@ def cmd_node_status(args: argparse.Namespace) -> int:
 def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
     from node._errors import ConfigFileError  # noqa: PLC0415
     from sim import load_scenario, resolve_scenario  # noqa: PLC0415
-    from sim._testnet import check_runs_over_network  # noqa: PLC0415
+    from sim._world import check_network_adversary  # noqa: PLC0415
 
     path = resolve_scenario(args.scenario or "testnet")
     over: dict[str, Any] = {}
@@ -157,7 +163,7 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
         over["members"] = args.nodes
     scenario = load_scenario(path, **over)
     try:
-        check_runs_over_network(scenario)
+        check_network_adversary(scenario)
     except ValueError as e:
         raise ConfigFileError(f"{path}: {e}") from None
     return scenario, path

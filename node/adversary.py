@@ -39,12 +39,14 @@ FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """One fault: ``kind`` on ``peer`` (None: whoever coordinates the height) from ``from_round`` on."""
+    """One fault: ``kind`` on ``peer`` (None: whoever coordinates the height) from ``from_round`` to
+    ``until_round`` (0: for ever)."""
 
     kind: str
     peer: str | None
     from_round: int = 1
     delay_ms: float = 0.0
+    until_round: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -63,7 +65,11 @@ class FaultPlan:
         return bool(self.faults)
 
     def _hits(self, f: Fault, peer: str, height: int, coordinator: str | None) -> bool:
-        return height >= f.from_round and (f.peer == peer or (f.peer is None and peer == coordinator))
+        return (
+            height >= f.from_round
+            and (f.until_round == 0 or height <= f.until_round)
+            and (f.peer == peer or (f.peer is None and peer == coordinator))
+        )
 
     def active(self, peer: str, kind: str, height: int, coordinator: str | None) -> bool:
         return any(f.kind == kind and self._hits(f, peer, height, coordinator) for f in self.faults)
@@ -119,7 +125,11 @@ class NodeAdversary(Behavior):
     """The adversary of one node on a real network: the faults of a :class:`FaultPlan` that control this node,
     judged from its own view of the chain (the height it is deciding, and that height's view-0 primary as the
     coordinator). The runtime passes it to :class:`node.core.NodeCore` as its ``behavior`` and runs every
-    outgoing message through :meth:`outgoing` and every incoming one through :meth:`deaf`.
+    outgoing message through :meth:`outgoing`.
+
+    A dropped node is *silent* (nothing it sends leaves) but still hears: the simulator also makes it deaf, but
+    it judges the fault by the network's height, which a deaf process could never learn had moved on (it would
+    stay the faulty coordinator of its height for ever).
 
     ``rng_for(peer, height)``: the generator of a corrupt proposal (the simulator's, for the same scenario);
     ``index_of(peer)``: the member index (an equivocating peer lies to the odd-indexed ones)."""
@@ -170,10 +180,6 @@ class NodeAdversary(Behavior):
 
     def distances(self, distances: dict[str, float]) -> dict[str, float]:
         return lying_distances(distances) if self._active("corrupt") else distances
-
-    def deaf(self) -> bool:
-        """A dropped (crashed or silenced) node hears nothing either."""
-        return self._active("drop")
 
     def outgoing(self, to: str, data: bytes) -> tuple[float, bytes] | None:
         """``(delay_s, data)`` to send to ``to`` instead of ``data``, or None to drop it."""

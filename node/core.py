@@ -475,6 +475,17 @@ class NodeCore:
     def replica(self) -> Replica:
         return self._replica
 
+    def wanted(self) -> int:
+        """Blobs this node is still fetching (the model, a strategy state, an archived round's updates)."""
+        return len(self._want)
+
+    def ask_wanted(self) -> list[NodeEffect]:
+        """Ask the next peer in turn for the blobs still wanted, now (a host that stopped ticking, e.g. after the
+        last round, still completes its archive)."""
+        if self._want:
+            self._ask_wanted()
+        return self._flush()
+
     # --- rounds ---------------------------------------------------------------------------------
 
     def _flush(self) -> list[NodeEffect]:

@@ -237,7 +237,7 @@ class Simulation:
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
-        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms) for target, f in self._faults])
+        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round) for target, f in self._faults])
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = world.strategy
         self.public_eval = None

@@ -308,7 +308,8 @@ class ComputeConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FaultConfig:
-    """A protocol fault: ``target`` = ``"coordinator"`` (the primary of each round from ``from_round``),
+    """A protocol fault: ``target`` = ``"coordinator"`` (the view-0 primary of each round from ``from_round`` to
+    ``until_round``),
     ``"committee"`` (one member of the genesis committee), or ``"member:I"``.
 
     Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
@@ -318,10 +319,13 @@ class FaultConfig:
     target: str
     kind: str
     from_round: int = 1
+    until_round: int = 0
+    """The last round the fault lasts (0: to the end of the run)."""
     delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
+        _check(self.until_round == 0 or self.until_round >= self.from_round, "until_round must be 0 or >= from_round")
         ok = self.target in ("coordinator", "committee") or bool(_MEMBER_TARGET.match(self.target))
         _check(ok, "target must be coordinator, committee or member:I")
         _check(self.from_round >= 1, "from_round must be >= 1")

@@ -35,11 +35,12 @@ from ledger.store import FileBlobStore
 from node.config import dump_genesis, write_file_atomic
 from node.keys import generate_key, save_key
 from sim._scenario import Scenario
-from sim._world import World
+from sim._world import World, check_network_adversary
 
 __all__ = ["LocalTestnet", "NodeFiles", "free_ports", "write_testnet"]
 
 NODES_DIR = "nodes"
+LINGER_S = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +65,6 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def check_runs_over_network(scenario: Scenario) -> None:
-    """Refuse a scenario whose adversary a testnet cannot run yet: its node processes train honestly, so a
-    Byzantine client, an attack, an availability model or a fault would silently not happen."""
-    from sim._scenario import AdversaryConfig  # noqa: PLC0415
-
-    if scenario.adversary != AdversaryConfig():
-        raise ValueError(
-            f"scenario {scenario.name!r} has an [adversary] section: the node processes of a testnet do not run the "
-            "adversary module yet (only `concilium sim run` does); remove the section to run it honestly"
-        )
 
 
 def write_testnet(
@@ -128,7 +117,7 @@ def init_testnet(
 ) -> list[NodeFiles]:
     """``concilium testnet init``: fresh keys (or the scenario's derived ones), addresses in the genesis, and with
     ``compose`` a ``compose.yaml`` running every node in its own container at a static address."""
-    check_runs_over_network(scenario)
+    check_network_adversary(scenario)
     world = World.build(scenario)
     n = scenario.members
     keys = list(world.keys) if derived_keys else [generate_key() for _ in range(n)]
@@ -188,6 +177,8 @@ class _NodeWatch:
     offset: int = 0
     height: int = 0
     decided: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finished: bool = False
+    """It logged ``done``: the last round stored, its archive complete (or given up on)."""
     done: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -207,7 +198,7 @@ class LocalTestnet:
 
     def __init__(self, scenario: Scenario, out: Path, *, scenario_file: str, progress: bool = True,
                  timeout_s: float = 600.0) -> None:
-        check_runs_over_network(scenario)
+        check_network_adversary(scenario)
         self.sc = scenario
         self.out = out
         self.scenario_file = scenario_file
@@ -225,8 +216,11 @@ class LocalTestnet:
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         for f in files:
             log = f.dir / "node.log"
+            # every node stays up (serving blocks and blobs) until the supervisor stops them all, once each has
+            # stored the last round with every blob its ledger references (a node that left early could hold
+            # the only copies of a round's updates that another node's archive still lacks)
             cmd = [sys.executable, "-m", "concilium", "node", "start", "--config", str(f.config), "--log-format", "json",
-                   "--until-height", str(self.sc.rounds), "--status-every", "2"]
+                   "--until-height", str(self.sc.rounds), "--linger", str(LINGER_S), "--status-every", "2"]
             with open(log, "wb") as stdout, open(f.dir / "stderr.log", "wb") as stderr:
                 proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
                                         env=env, preexec_fn=_child_setup)  # noqa: PLW1509 - only signal/prctl calls
@@ -252,6 +246,8 @@ class LocalTestnet:
                 if ev.get("event") == "decided" and isinstance(ev.get("height"), int):
                     w.decided[ev["height"]] = ev
                     w.height = max(w.height, ev["height"])
+                elif ev.get("event") == "done":
+                    w.finished = True
                 elif ev.get("level") == "error":
                     w.errors.append(str(ev)[:300])
             if w.proc.poll() is not None:
@@ -300,7 +296,7 @@ class LocalTestnet:
                     self.metrics.append(m)
                     bar.update(1)
                     bar.set_postfix_str(f"acc {m['accuracy']:.3f} view {m['view']} committee {m['committee']}")
-                if all(w.done for w in self.nodes) or shown >= self.sc.rounds and all(w.done for w in self.nodes):
+                if all(w.done or w.finished for w in self.nodes):
                     break
                 if any(w.done and w.proc.returncode not in (0, None) for w in self.nodes):
                     break

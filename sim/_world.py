@@ -266,6 +266,43 @@ def check_network_adversary(scenario: Scenario) -> None:
         raise ValueError(f"attack {adv.attack!r} reads the honest clients' updates: simulator-only")
 
 
+def member_index(genesis: Genesis) -> dict[str, int]:
+    """Peer id → member index (member ``i`` is named ``node-i`` in a scenario's genesis)."""
+    return {m.peer_id: int(m.name[5:]) for m in genesis.members if m.name.startswith("node-") and m.name[5:].isdigit()}
+
+
+def network_adversary(world: World, genesis: Genesis, key: KeyPair) -> Any:
+    """The scenario's faults as they apply to the node with ``key`` on ``genesis`` (a
+    :class:`node.adversary.NodeAdversary`), or None without faults. Targets resolve as in the simulator:
+    ``coordinator`` = the view-0 primary of each height, ``committee`` = the first member of the genesis
+    committee, ``member:I`` = member ``I``; a corrupt proposal draws from the simulator's generator."""
+    from node.adversary import Fault, FaultPlan, NodeAdversary  # noqa: PLC0415
+
+    faults = world.scenario.adversary.faults
+    if not faults:
+        return None
+    index = member_index(genesis)
+    by_index = {i: p for p, i in index.items()}
+    committee = sorted(genesis_committee(genesis))
+    plan = []
+    for f in faults:
+        if f.target == "coordinator":
+            peer = None
+        elif f.target == "committee":
+            peer = committee[0]
+        else:
+            i = int(f.target[7:])
+            if i not in by_index:
+                raise ValueError(f"fault target member:{i} does not exist ({len(by_index)} members)")
+            peer = by_index[i]
+        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round))
+    return NodeAdversary(
+        key=key, chain_id=genesis.chain_id, plan=FaultPlan(plan),
+        rng_for=lambda peer, h: world.rng.child("corrupt", peer, h).numpy(),
+        index_of=lambda peer: index.get(peer, 0),
+    )
+
+
 class MemberTrainer:
     """A node's local training for member ``index`` of a scenario (``concilium node start`` with a scenario's
     embedded data; ``concilium testnet local``): the jobs the simulator would run for that member, so a

@@ -48,6 +48,7 @@ from ledger.store import StoreError
 from learning._blobs import blob_to_vector, vector_to_blob
 from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
+from node.adversary import NodeAdversary
 from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
@@ -55,6 +56,9 @@ from node.runtime._votelog import VoteLog
 __all__ = ["NodeOptions", "NodeRuntime", "Trainer", "run_node"]
 
 CATCH_UP_TICKS_MAX = 50
+ARCHIVE_RETRY_TICKS = 5
+ARCHIVE_WAIT_S = 60.0
+"""After the last round: how long a node that stops at a height waits for the blobs its archive still lacks."""
 LEDGER_DIR = "ledger"
 VOTE_LOG = "votes.bin"
 
@@ -176,7 +180,9 @@ class NodeRuntime:
         options: NodeOptions = NodeOptions(),
         log: EventLog | None = None,
         core_factory: Callable[..., NodeCore] = NodeCore,
+        adversary: NodeAdversary | None = None,
     ) -> None:
+        """``adversary``: the scenario's faults as they apply to this node (``node.adversary``), or None."""
         if key.peer_id not in genesis.member_ids:
             raise ValueError(f"key {key.peer_id} is not a member of chain {genesis.chain_id}")
         self.genesis = genesis
@@ -204,7 +210,12 @@ class NodeRuntime:
             start_tick=self._start_tick,
             replica_restore=restore,
             model_missing=awaiting,
+            behavior=adversary,
         )
+        self.adversary = adversary
+        if adversary is not None:
+            adversary.core = self.core
+        self._nursery: trio.Nursery | None = None
         self._votes_version = self.core.replica.durable_version
         self._jobs: list[TrainJob] = []
         self._job_ready = trio.Event()
@@ -260,7 +271,7 @@ class NodeRuntime:
         for fx in effects:
             if isinstance(fx, Transmit):
                 self.sent[fx.kind] += 1
-                self.transport.send(fx.to, fx.data, fx.kind)
+                self._send(fx.to, fx.data, fx.kind)
             elif isinstance(fx, Train):
                 if fx.job.fl_round <= self.last_height and not self.finished:
                     self._jobs.append(fx.job)
@@ -269,6 +280,23 @@ class NodeRuntime:
                 self.evidence += 1
                 ev = fx.evidence
                 self.log("evidence", level="warning", kind=ev.kind, offender=ev.offender, height=ev.height, view=ev.view, reason=ev.reason)
+
+    def _send(self, to: str, data: bytes, kind: str) -> None:
+        if self.adversary is None:
+            self.transport.send(to, data, kind)
+            return
+        out = self.adversary.outgoing(to, data)  # a faulty node drops, delays or equivocates what it sends
+        if out is None:
+            return
+        delay, data = out
+        if delay <= 0 or self._nursery is None:
+            self.transport.send(to, data, kind)
+        else:
+            self._nursery.start_soon(self._send_later, delay, to, data, kind)
+
+    async def _send_later(self, delay: float, to: str, data: bytes, kind: str) -> None:
+        await trio.sleep(delay)
+        self.transport.send(to, data, kind)
 
     def _store_decided(self, fx: Decided) -> None:
         """Append a decided block (its model blob too, when this node holds the model as a vector; otherwise the
@@ -329,6 +357,8 @@ class NodeRuntime:
                 self._tick += 1
                 if not self.finished:
                     self._execute(self.core.tick())
+                elif self._tick % ARCHIVE_RETRY_TICKS == 0 and self.core.wanted():
+                    self._execute(self.core.ask_wanted())  # no more rounds, but the archive is completed
             next_at += self._tick_ms / 1000
             await trio.sleep(max(0.0, next_at - time.monotonic()))
             if next_at < time.monotonic() - 1.0:  # far behind (a stall): resynchronise instead of bursting
@@ -352,6 +382,8 @@ class NodeRuntime:
                     self.log("train", level="warning", round=job.fl_round, purpose=job.purpose, error="diverged or failed")
                     continue
                 self.trained += 1
+                if self.adversary is not None and job.purpose == "update":
+                    self.adversary.last_upload = result.delta
                 self.log("trained", level="debug", round=job.fl_round, purpose=job.purpose, n=result.n_samples,
                          seconds=round(time.perf_counter() - t0, 3))
                 try:
@@ -375,6 +407,7 @@ class NodeRuntime:
             "dropped": dict(st.dropped),
             "view_changes": self.view_changes,
             "evidence": self.evidence,
+            **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
                 "messages_out": dict(ts.messages_out), "bytes_out": dict(ts.bytes_out),
                 "messages_in": dict(ts.messages_in), "bytes_in": dict(ts.bytes_in),
@@ -412,6 +445,7 @@ class NodeRuntime:
         """Run until cancelled (or until ``options.stop_at_height`` is stored, then ``linger_s`` more)."""
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await nursery.start(self.transport.run)
                 self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
                          chain=self.genesis.chain_id)
@@ -422,7 +456,10 @@ class NodeRuntime:
                 nursery.start_soon(self._training)
                 nursery.start_soon(self._status)
                 await self.wait_height(self.last_height)
-                self.log("done", height=self.stored_height)
+                with trio.move_on_after(ARCHIVE_WAIT_S if self.options.stop_at_height is not None else 0):
+                    while self.core.wanted():  # every referenced blob on disk: the ledger re-executes
+                        await trio.sleep(0.1)
+                self.log("done", height=self.stored_height, blobs_missing=self.core.wanted())
                 if self.options.stop_at_height is not None:
                     await trio.sleep(self.options.linger_s)
                     nursery.cancel_scope.cancel()

@@ -75,8 +75,8 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
         (["node", "start", "--config", str(cfg), "--key", str(out / "nodes" / "node-1" / "missing.key")], "no such key file"),
         (["node", "start", "--config", str(cfg), "--peer", "/ip4/127.0.0.1/tcp/1"], "must end in /p2p/"),
         (["node", "status", "--data-dir", str(tmp_path)], "no status file"),
-        (["testnet", "local", "--scenario", "committee_crash", "--out", str(tmp_path / "t1")], "[adversary]"),
-        (["testnet", "init", "--scenario", "coordinator_corrupt", "--out", str(tmp_path / "t2")], "[adversary]"),
+        (["testnet", "local", "--scenario", "seed001_bounded", "--out", str(tmp_path / "t1")], "simulator-only"),
+        (["testnet", "init", "--scenario", "coordinator_corrupt", "--out", str(tmp_path / "t2")], "simulator-only"),
         (["testnet", "local", "-n", "3", "--out", str(tmp_path / "t3")], "committee_size exceeds members"),
     ]
     for argv, needle in cases:

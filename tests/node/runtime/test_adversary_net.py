@@ -1,0 +1,92 @@
+"""The adversary module over the real network (node processes on 127.0.0.1, ``concilium testnet local``).
+
+* Coordinator mode, 4 processes: the coordinator of each round (its view-0 primary, a different process from
+  round to round) is dropped in rounds 2-3, delayed past the propose timeout in rounds 4-5 and proposes a
+  corrupt aggregate in rounds 6-7. Every round still commits, each faulty round after a view change, the
+  corrupt coordinator is named by evidence on the ledger, and every node's ledger verifies with re-execution.
+* Committee mode (CMFL), 7 processes, one Byzantine trainer negating its model: every round commits and
+  every ledger verifies with re-execution (the committee's scores and selection are re-executed).
+
+Both are ``slow`` (real timeouts, 7 processes on 2 cores): ``pytest -m slow tests/node/runtime``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.store import open_ledger
+from sim import load_scenario
+from sim._world import World, byzantine_indices
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+def _testnet(scenario: Path, out: Path, timeout: int) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "concilium", "testnet", "local", "--scenario", str(scenario), "--out", str(out),
+         "--quiet", "--timeout", str(timeout)],
+        capture_output=True, text=True, timeout=timeout + 60,
+    )
+    logs = "".join((p / "stderr.log").read_text()[-1500:] for p in sorted((out / "nodes").glob("node-*")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + logs
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["all_verified"] and summary["same_head"], summary["ledgers"]
+    assert all("rounds re-executed" in led["verdict"] for led in summary["ledgers"]), summary["ledgers"]
+    return summary
+
+
+@pytest.mark.slow  # about 65 s on 2 cores (each faulty round waits out a real timeout)
+def test_dropped_delayed_and_corrupt_coordinators_are_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    summary = _testnet(SCENARIOS / "net_coordinator_faults.toml", out, timeout=240)
+    assert summary["rounds"] == 8
+    with open(out / "metrics.csv") as f:
+        views = {int(r["fl_round"]): int(r["view"]) for r in csv.DictReader(f)}
+    assert all(views[h] >= 1 for h in range(2, 8)), views  # each faulty round needed a view change
+    store, _ = open_ledger(out / "nodes" / "node-0" / "data" / "ledger", readonly=True)
+    try:
+        blocks = [store.get(h) for h in range(1, store.height() + 1)]
+    finally:
+        store.close()
+    evidence = [(b.header.height, ev.kind, ev.offender, ev.height) for b in blocks for ev in b.payload.evidence]
+    assert any(kind == "invalid_proposal" and 6 <= h <= 7 for _, kind, _, h in evidence), evidence
+    for b in blocks[1:7]:  # the replacement is never the faulty view-0 primary
+        assert b.header.view >= 1
+    nodes = [json.loads(line) for p in sorted((out / "nodes").glob("node-*"))
+             for line in (p / "node.log").read_text().splitlines() if '"event": "stopped"' in line]
+    counts = [n["status"].get("adversary", {}) for n in nodes]
+    assert sum(c.get("dropped", 0) for c in counts) > 0 and sum(c.get("delayed", 0) for c in counts) > 0
+    assert sum(c.get("corrupted", 0) for c in counts) > 0, counts
+
+
+@pytest.mark.slow  # about 95 s on 2 cores (7 processes start on 2 cores)
+def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    summary = _testnet(SCENARIOS / "net_cmfl_byzantine.toml", out, timeout=300)
+    assert summary["rounds"] == 6
+    sc = load_scenario(SCENARIOS / "net_cmfl_byzantine.toml")
+    world = World.build(sc)
+    (bad,) = byzantine_indices(sc, world.genesis)
+    bad_peer = world.keys[bad].peer_id
+    store, _ = open_ledger(out / "nodes" / "node-0" / "data" / "ledger", readonly=True)
+    try:
+        blocks = [store.get(h) for h in range(1, store.height() + 1)]
+    finally:
+        store.close()
+    # the Byzantine client trained (its negated update was scored by the committee) and was never accepted
+    trained = [b.header.height for b in blocks if bad_peer in b.payload.record["training"]]
+    assert trained, "the Byzantine client never trained"
+    assert all(bad_peer not in b.payload.record["accepted"] for b in blocks)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(tmp_path: Path) -> None:
+    yield
+    left = subprocess.run(["pgrep", "-f", f"concilium node start --config {tmp_path}"], capture_output=True, text=True)
+    assert not left.stdout.strip(), f"node processes left behind: {left.stdout}"
