@@ -89,8 +89,13 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary  # noqa: PLC0415
 
     torch.set_num_threads(max(1, args.threads))
+    from learning._errors import LearningError  # noqa: PLC0415
+
     scenario_path = resolve_scenario(cfg.data.scenario)
-    world = World.build(load_scenario(scenario_path))
+    try:
+        world = World.build(load_scenario(scenario_path))
+    except (LearningError, ValueError) as e:  # e.g. a local data file that is missing (the error names it)
+        raise ConfigFileError(f"{scenario_path}: {e}") from None
     if world.genesis.model.digest != genesis.model.digest:
         raise ConfigFileError(f"{scenario_path}: its initial model is not the genesis model of {cfg.genesis}")
     if len(world.client_data) != len(genesis.members):
@@ -170,6 +175,7 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
 
 
 def cmd_testnet_init(args: argparse.Namespace) -> int:
+    from learning._errors import LearningError  # noqa: PLC0415
     from node._errors import ConfigFileError  # noqa: PLC0415
     from sim._run import results_folder  # noqa: PLC0415
     from sim._testnet import init_testnet  # noqa: PLC0415
@@ -180,7 +186,7 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
         try:
             files = init_testnet(scenario, out, hosts=args.host or ["127.0.0.1"], base_port=args.base_port,
                                  scenario_file="../../scenario.toml", derived_keys=False, compose=args.compose)
-        except ValueError as e:
+        except (LearningError, ValueError) as e:
             raise ConfigFileError(f"{path}: {e}") from None
     print(f"testnet {scenario.name}: {len(files)} nodes in {args.out}/ (genesis.toml, nodes/node-<i>/node.toml and node.key)")
     for f in files:
@@ -198,6 +204,7 @@ def _scenario_bytes(scenario: Any) -> bytes:
 
 
 def cmd_testnet_local(args: argparse.Namespace) -> int:
+    from learning._errors import LearningError  # noqa: PLC0415
     from node._errors import ConfigFileError  # noqa: PLC0415
     from sim._run import results_folder  # noqa: PLC0415
     from sim._testnet import LocalTestnet  # noqa: PLC0415
@@ -210,7 +217,7 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
         try:
             net = LocalTestnet(scenario, out, scenario_file="../../scenario.toml", progress=not args.quiet,
                                timeout_s=args.timeout)
-        except ValueError as e:  # the scenario's data/model cannot be built (e.g. a partition count)
+        except (LearningError, ValueError) as e:  # the scenario's data/model cannot be built (a missing file...)
             raise ConfigFileError(f"{path}: {e}") from None
         summary = net.run()
         if summary["interrupted"]:

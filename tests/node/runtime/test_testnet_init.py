@@ -85,3 +85,81 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
         assert err.count("\n") == 1 and err.startswith("concilium: error: ") and needle in err, (argv, err)
     assert not (out / "nodes" / "node-0" / "data").exists()  # nothing written by a refused start
     assert not any((tmp_path / t).exists() for t in ("t1", "t2", "t3"))
+
+
+ONE_NODE = """
+name = "one"
+seed = 0
+rounds = 100000
+members = 1
+[protocol]
+mode = "coordinator"
+algorithm = "fedavg"
+committee_size = 1
+params = { clients = 1 }
+tick_ms = 20
+[data]
+dataset = "digits"
+partition = "iid"
+[model]
+name = "mlp"
+params = { in_features = 64, hidden = [8], num_classes = 10 }
+[training]
+steps = 2
+"""
+
+
+def test_node_start_names_a_missing_local_data_file(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    (tmp_path / "one.toml").write_text(ONE_NODE)
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
+    missing = ONE_NODE.replace('dataset = "digits"', 'dataset = "mnist"\nparams = { root = "' + str(tmp_path / "no-mnist") + '" }')
+    (tmp_path / "mnist.toml").write_text(missing.replace("in_features = 64", "in_features = 784"))
+    capsys.readouterr()
+    code = main(["node", "start", "--config", str(tmp_path / "net" / "nodes" / "node-0" / "node.toml"),
+                 "--data", str(tmp_path / "mnist.toml")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "train-images-idx3-ubyte" in err and "no-mnist" in err, err
+
+
+def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sim._run import verify_ledger
+
+    (tmp_path / "one.toml").write_text(ONE_NODE)
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net"),
+                 "--base-port", "0"]) == 2  # port 0 is not a port a genesis can name
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
+    node = tmp_path / "net" / "nodes" / "node-0"
+    from sim._testnet import free_ports
+
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "concilium", "node", "start", "--config", str(node / "node.toml"), "--listen",
+         f"/ip4/127.0.0.1/tcp/{port}", "--log-format", "json", "--status-every", "0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = node / "data" / "status.json"
+            if st.exists() and json.loads(st.read_text()).get("stored", 0) >= 3:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    events = [json.loads(line)["event"] for line in out.splitlines() if line.startswith("{")]
+    assert events[-1] == "stopped" and "signal" in events[-4:], events[-5:]  # the block in flight may still commit
+    ok, verdict = verify_ledger(node / "data" / "ledger")
+    assert ok and "rounds re-executed" in verdict, verdict
+    status = json.loads((node / "data" / "status.json").read_text())
+    assert status["stored"] >= 3 and status["chain"] == "sim-one-0"
