@@ -104,6 +104,8 @@ _CHAIN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NET_ERRORS = (BaseLibp2pError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 _POLL_S = 2.0  # supervisors re-check state at least this often, even if a notification was missed
 _CLOSE_TIMEOUT_S = 2.0
+_ONE_WRITE_MAX = 60 << 10
+"""Frames up to this size go out in one write (header and payload): one Noise frame instead of two."""
 
 
 def protocol_ids(chain_id: str) -> tuple[TProtocol, TProtocol]:
@@ -436,6 +438,7 @@ class Transport:
             except Exception:
                 self._dropped["on_frame_error"] += 1
                 self._log.exception("on_frame raised for a %s frame from %s", channel.name, _short(peer.id))
+            del data  # not kept alive (up to a 256 MiB blob) while this stream waits for its next frame
 
     def _bad_frame(self, peer: _Peer, reason: str) -> None:
         self._dropped[reason] += 1
@@ -525,8 +528,11 @@ class Transport:
         deadline_s = self.limits.write_timeout_s + len(data) / self.limits.read_bytes_per_s_min
         with trio.move_on_after(deadline_s):
             try:
-                await stream.write(encode_header(len(data)))
-                await stream.write(data)
+                if len(data) <= _ONE_WRITE_MAX:  # one write, one encrypted frame: a small message is one packet
+                    await stream.write(encode_header(len(data)) + data)
+                else:  # a large one is split by the muxer anyway; no copy of it
+                    await stream.write(encode_header(len(data)))
+                    await stream.write(data)
                 return True
             except _NET_ERRORS as exc:
                 self._log.debug("write failed: %r", exc)
