@@ -328,6 +328,7 @@ class NodeCore:
         self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes, bytes | None]] = OrderedDict()
         self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
+        self._want_skew = 0  # extra turns of the asking rotation (ask_wanted without ticks)
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
         self._early_bytes = 0
         self._decided: OrderedDict[int, Block] = OrderedDict()
@@ -481,8 +482,11 @@ class NodeCore:
 
     def ask_wanted(self) -> list[NodeEffect]:
         """Ask the next peer in turn for the blobs still wanted, now (a host that stopped ticking, e.g. after the
-        last round, still completes its archive)."""
+        last round, still completes its archive); each call asks the next peer."""
+        for d in [d for d in self._want if self._blobs.has(d)]:
+            del self._want[d]  # arrived by another way (the host stored it)
         if self._want:
+            self._want_skew += 1
             self._ask_wanted()
         return self._flush()
 
@@ -802,6 +806,8 @@ class NodeCore:
             self._want.setdefault(sd, self._now)
         if self._archive:  # this node's ledger re-executes: it needs the blobs of the rounds it did not validate
             for d in referenced:
+                if d == digest and model is not None:
+                    continue  # the model is in hand: the host stores it from the Decided effect
                 if not self._blobs.has(d) and d not in held:
                     self._want.setdefault(d, self._now)
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
@@ -984,5 +990,5 @@ class NodeCore:
         if not others:
             return
         digests = tuple(sorted(self._want))[:BLOBS_PER_MESSAGE_MAX]
-        target = others[(self._now // WANT_RETRY_TICKS) % len(others)]
+        target = others[(self._now // WANT_RETRY_TICKS + self._want_skew) % len(others)]
         self._out.append(Transmit(to=target, data=Envelope(want=digests).encode(), kind="want"))  # type: ignore[attr-defined]

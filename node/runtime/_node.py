@@ -118,7 +118,7 @@ def _human(v: Any) -> str:
 
 
 class _LibP2PLogBridge(logging.Handler):
-    """py-libp2p's warnings through our event log (one line each, never a multi-line dump)."""
+    """py-libp2p's and our transport's warnings through our event log (one line each, never a multi-line dump)."""
 
     def __init__(self, log: EventLog) -> None:
         super().__init__(level=logging.WARNING)
@@ -131,7 +131,8 @@ class _LibP2PLogBridge(logging.Handler):
             msg = record.getMessage().splitlines()[0][:300] if record.getMessage() else ""
         except Exception:  # noqa: BLE001 - a log record must never take the node down
             msg = record.msg if isinstance(record.msg, str) else "?"
-        self._log("libp2p", level="warning", source=record.name, message=msg)
+        event = "transport" if record.name.startswith("node.") else "libp2p"
+        self._log(event, level="warning", source=record.name, message=msg)
 
 
 def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> tuple[SqliteBlockStore, FileBlobStore, ChainState, np.ndarray | None]:
@@ -239,9 +240,10 @@ class NodeRuntime:
             on_frame=self._on_frame,
             limits=options.limits,
         )
-        lp = logging.getLogger("libp2p")  # its records go to our log only, one line each (not to a root handler)
-        lp.handlers = [h for h in lp.handlers if not isinstance(h, _LibP2PLogBridge)] + [_LibP2PLogBridge(self.log)]
-        lp.propagate = False
+        for name in ("libp2p", "node.runtime._transport"):  # their records go to our log only, one line each
+            lg = logging.getLogger(name)
+            lg.handlers = [h for h in lg.handlers if not isinstance(h, _LibP2PLogBridge)] + [_LibP2PLogBridge(self.log)]
+            lg.propagate = False
 
     # --- wall clock -------------------------------------------------------------------------------
 
@@ -405,6 +407,7 @@ class NodeRuntime:
             "peers": len(self.transport.connected()),
             "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",
             "dropped": dict(st.dropped),
+            "consensus_dropped": dict(rs.dropped),
             "view_changes": self.view_changes,
             "evidence": self.evidence,
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
