@@ -37,7 +37,7 @@ from node.keys import generate_key, save_key
 from sim._scenario import Scenario
 from sim._world import World, check_network_adversary
 
-__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "write_testnet"]
+__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "stop_processes", "write_testnet"]
 
 NODES_DIR = "nodes"
 LINGER_S = 900.0
@@ -51,6 +51,21 @@ class NodeFiles:
     peer_id: str
     address: str
     """The address other nodes dial: ``/ip4/HOST/tcp/PORT/p2p/PEERID``."""
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], *, grace_s: float = 15.0, sig: int = signal.SIGINT) -> None:
+    """Stop node processes cleanly: ``sig`` (Ctrl-C's by default) to those still running, then wait up to
+    ``grace_s`` in all, then kill what is left."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -312,16 +327,7 @@ class LocalTestnet:
         return self._summary(time.monotonic() - t0, interrupted)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        for w in self.nodes:
-            if w.proc.poll() is None:
-                w.proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + grace_s
-        for w in self.nodes:
-            try:
-                w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
+        stop_processes([w.proc for w in self.nodes], grace_s=grace_s)
 
     def _round_metrics(self, h: int, t0: float) -> dict[str, Any]:
         ev = next((w.decided[h] for w in self.nodes if h in w.decided), {})

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
-from sim._testnet import write_testnet
+from sim._testnet import stop_processes, write_testnet
 from sim._world import World
 
 N = 4
@@ -214,15 +213,7 @@ def test_nodes_in_separate_network_namespaces_commit_over_their_own_addresses(tm
             assert time.monotonic() < deadline, f"stuck: stored {[_stored(_events(f.dir)) for f in files]}"
             time.sleep(0.2)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(procs, grace_s=20)
         leftovers = box.down()
     report["wall_s"] = round(time.monotonic() - t0, 1)
     report["exit_codes"] = [p.returncode for p in procs]

@@ -23,7 +23,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import _scenario_toml, verify_ledger
-from sim._testnet import free_ports, write_testnet
+from sim._testnet import free_ports, stop_processes, write_testnet
 from sim._world import World
 
 ROUNDS = 24
@@ -86,15 +86,7 @@ def crash_and_recover(tmp: Path, seed: int) -> dict[str, object]:
             assert time.monotonic() < deadline, f"stuck: stored {[_stored(f.dir) for f in files]}"
             time.sleep(0.1)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(procs, grace_s=30)
     heads = [_head(f.dir / "data" / "ledger") for f in files]
     verdicts = [verify_ledger(f.dir / "data" / "ledger") for f in files]
     return {"victim": victim, "at": at, "killed_at": killed_at, "heads": heads, "verdicts": verdicts,
