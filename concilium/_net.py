@@ -82,6 +82,10 @@ def cmd_node_start(args: argparse.Namespace) -> int:
             raise ConfigFileError(f"--peer {a}: {pid} is not a member of chain {genesis.chain_id}")
         peers.setdefault(pid, []).append(a)
     peers.pop(key.peer_id, None)
+    from node.config import record_from_toml  # noqa: PLC0415
+    from node.runtime._transport import TransportLimits  # noqa: PLC0415
+
+    limits = record_from_toml(TransportLimits, dict(cfg.transport or {}), source=f"{args.config or 'node config'}: transport")
 
     import torch  # noqa: PLC0415
 
@@ -120,6 +124,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         log_format=cfg.log_format,
         stop_at_height=args.until_height,
         linger_s=max(0.0, min(args.linger, 3600.0)),
+        limits=limits,
     )
     from consensus import DurableStateError  # noqa: PLC0415
 

@@ -459,6 +459,9 @@ class NodeConfig:
     log_format: str = "human"
     status_every_s: float = 5.0
     data: NodeDataConfig | None = None
+    transport: Mapping[str, Any] | None = None
+    """Overrides of ``node.runtime.TransportLimits`` (frame caps, timeouts, budgets), checked when the node
+    starts: e.g. ``[transport] header_timeout_s = 60``."""
 
     def __post_init__(self) -> None:
         if self.log_format not in ("human", "json"):

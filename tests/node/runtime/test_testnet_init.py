@@ -79,6 +79,14 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
         (["testnet", "init", "--scenario", "coordinator_corrupt", "--out", str(tmp_path / "t2")], "simulator-only"),
         (["testnet", "local", "-n", "3", "--out", str(tmp_path / "t3")], "committee_size exceeds members"),
     ]
+    bad_limits = out / "nodes" / "node-0" / "bad-limits.toml"
+    bad_limits.write_text(cfg.read_text() + "\n[transport]\nheader_timeout_s = -1\n")
+    unknown_limit = out / "nodes" / "node-0" / "unknown-limit.toml"
+    unknown_limit.write_text(cfg.read_text() + "\n[transport]\nheader_timeout = 5\n")
+    cases += [
+        (["node", "start", "--config", str(bad_limits)], "header_timeout_s"),
+        (["node", "start", "--config", str(unknown_limit)], "unknown field header_timeout"),
+    ]
     for argv, needle in cases:
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
