@@ -54,7 +54,8 @@ class Fault:
 
 
 class FaultPlan:
-    """Which faults control a peer at a height (the coordinator of the height is given by the host)."""
+    """Which faults control a peer at a height. ``coordinator`` is a function giving the height's coordinator
+    (its view-0 primary), called only when a fault targets the coordinator (the check runs per message)."""
 
     __slots__ = ("faults",)
 
@@ -64,20 +65,18 @@ class FaultPlan:
     def __bool__(self) -> bool:
         return bool(self.faults)
 
-    def _hits(self, f: Fault, peer: str, height: int, coordinator: str | None) -> bool:
+    @staticmethod
+    def _hits(f: Fault, peer: str, height: int, coordinator: Callable[[], str | None]) -> bool:
         return (
             height >= f.from_round
             and (f.until_round == 0 or height <= f.until_round)
-            and (f.peer == peer or (f.peer is None and peer == coordinator))
+            and (f.peer == peer or (f.peer is None and peer == coordinator()))
         )
 
-    def active(self, peer: str, kind: str, height: int, coordinator: str | None) -> bool:
+    def active(self, peer: str, kind: str, height: int, coordinator: Callable[[], str | None]) -> bool:
         return any(f.kind == kind and self._hits(f, peer, height, coordinator) for f in self.faults)
 
-    def any_active(self, peer: str, height: int, coordinator: str | None) -> bool:
-        return any(self._hits(f, peer, height, coordinator) for f in self.faults)
-
-    def delay_ms(self, peer: str, height: int, coordinator: str | None) -> float:
+    def delay_ms(self, peer: str, height: int, coordinator: Callable[[], str | None]) -> float:
         return sum(f.delay_ms for f in self.faults if f.kind == "delay" and self._hits(f, peer, height, coordinator))
 
 
@@ -155,18 +154,17 @@ class NodeAdversary(Behavior):
         self.last_upload: np.ndarray | None = None
         self.counts: dict[str, int] = {"dropped": 0, "delayed": 0, "corrupted": 0, "equivocated": 0}
 
-    def _now(self) -> tuple[int, str | None]:
+    def _height(self) -> int:
+        return 0 if self.core is None else self.core.chain_state.height + 1
+
+    def _coordinator(self) -> str | None:
         if self.core is None:
-            return 0, None
+            return None
         st = self.core.chain_state
-        h = st.height + 1
-        return h, primary(st.committee, st.head_hash, h, 0)
+        return primary(st.committee, st.head_hash, st.height + 1, 0)
 
     def _active(self, kind: str) -> bool:
-        if not self._plan:
-            return False
-        h, coord = self._now()
-        return self._plan.active(self._me, kind, h, coord)
+        return bool(self._plan) and self._plan.active(self._me, kind, self._height(), self._coordinator)
 
     @property
     def accepts_everything(self) -> bool:  # type: ignore[override]
@@ -176,7 +174,7 @@ class NodeAdversary(Behavior):
         if not self._active("corrupt"):
             return payload, model, model_blob
         self.counts["corrupted"] += 1
-        return corrupt_proposal(payload, model, self._rng_for(self._me, self._now()[0]))
+        return corrupt_proposal(payload, model, self._rng_for(self._me, self._height()))
 
     def distances(self, distances: dict[str, float]) -> dict[str, float]:
         return lying_distances(distances) if self._active("corrupt") else distances
@@ -185,7 +183,7 @@ class NodeAdversary(Behavior):
         """``(delay_s, data)`` to send to ``to`` instead of ``data``, or None to drop it."""
         if not self._plan:
             return 0.0, data
-        h, coord = self._now()
+        h, coord = self._height(), self._coordinator
         if self._plan.active(self._me, "drop", h, coord):
             self.counts["dropped"] += 1
             return None

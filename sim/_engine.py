@@ -49,15 +49,13 @@ from node.adversary import Fault, FaultPlan, corrupt_proposal, equivocate, lying
 from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from sim._rng import RngTree
-from sim._world import World
+from sim._world import OMNISCIENT_ATTACKS, World, attack_update, byzantine_indices
 from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
 from sim._scenario import FaultConfig, Scenario
 
 __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
 
-OMNISCIENT_ATTACKS = ("alie", "ipm", "mimic")
-"""Update attacks that see the round's honest updates (the others transform the attacker's own update)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +199,7 @@ class Simulation:
         p = scenario.protocol
         self.genesis = world.genesis
         first_committee = set(genesis_committee(self.genesis))
-        outside = [pid for pid in (k.peer_id for k in keys) if pid not in first_committee]
-        self.byzantine = frozenset(outside[: scenario.adversary.byzantine])
+        self.byzantine = frozenset(keys[i].peer_id for i in byzantine_indices(scenario, self.genesis))
         self.update_attack = parse_update_attack(scenario.adversary.attack) if scenario.adversary.attack else None
         self.attack_name = scenario.adversary.attack.split("(")[0].strip()
         self.per_round = scenario.adversary.per_round
@@ -396,12 +393,12 @@ class Simulation:
         return False
 
     def _faulty(self, peer: str, kind: str) -> bool:
-        return bool(self.fault_plan) and self.fault_plan.active(peer, kind, self._height(), self._coordinator_now())
+        return bool(self.fault_plan) and self.fault_plan.active(peer, kind, self._height(), self._coordinator_now)
 
     def _delay_us(self, peer: str) -> int:
         if not self.fault_plan:
             return 0
-        return int(self.fault_plan.delay_ms(peer, self._height(), self._coordinator_now()) * 1000)
+        return int(self.fault_plan.delay_ms(peer, self._height(), self._coordinator_now) * 1000)
 
     # --- event queue -------------------------------------------------------------------------------
 
@@ -668,10 +665,7 @@ class Simulation:
                 honest = np.stack(rows)
             else:
                 honest = delta[None, :]
-            if getattr(self.update_attack, "needs_global_model", False):
-                delta = np.asarray(self.update_attack(honest, rng=rng, global_model=job.model), dtype=np.float32)  # type: ignore[call-arg]
-            else:
-                delta = np.asarray(self.update_attack(honest, rng=rng), dtype=np.float32)
+            delta = attack_update(self.update_attack, honest, rng=rng, global_model=job.model)
             if not np.isfinite(delta).all():  # the attack overflowed: this Byzantine client sends nothing
                 self.diverged_jobs += 1
                 self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1

@@ -37,7 +37,7 @@ from node.keys import generate_key, save_key
 from sim._scenario import Scenario
 from sim._world import World, check_network_adversary
 
-__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "stop_processes", "write_testnet"]
+__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "read_events", "stop_processes", "write_testnet"]
 
 NODES_DIR = "nodes"
 LINGER_S = 900.0
@@ -51,6 +51,27 @@ class NodeFiles:
     peer_id: str
     address: str
     """The address other nodes dial: ``/ip4/HOST/tcp/PORT/p2p/PEERID``."""
+
+
+def read_events(log: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The JSON event lines (``--log-format json``) a node wrote to ``log`` from byte ``offset`` on, complete
+    lines only (a line being written is read next time), and the offset after them. Other lines are skipped."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    events = []
+    for line in chunk[:end].splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    return events, offset + end
 
 
 def stop_processes(procs: Sequence[subprocess.Popen[Any]], *, grace_s: float = 15.0, sig: int = signal.SIGINT) -> None:
@@ -243,21 +264,8 @@ class LocalTestnet:
 
     def _poll(self) -> None:
         for w in self.nodes:
-            try:
-                with open(w.log, "rb") as fh:
-                    fh.seek(w.offset)
-                    chunk = fh.read()
-            except OSError:
-                continue
-            end = chunk.rfind(b"\n") + 1
-            w.offset += end
-            for line in chunk[:end].splitlines():
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(ev, dict):
-                    continue
+            events, w.offset = read_events(w.log, w.offset)
+            for ev in events:
                 if ev.get("event") == "decided" and isinstance(ev.get("height"), int):
                     w.decided[ev["height"]] = ev
                     w.height = max(w.height, ev["height"])

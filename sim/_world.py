@@ -253,6 +253,14 @@ def byzantine_indices(scenario: Scenario, genesis: Genesis) -> list[int]:
     return outside[: scenario.adversary.byzantine]
 
 
+def attack_update(attack: Any, honest: np.ndarray, *, rng: np.random.Generator, global_model: np.ndarray) -> np.ndarray:
+    """A Byzantine client's upload: ``attack`` applied to the honest updates it sees (its own, or the round's
+    for an omniscient attack), float32; the caller drops a non-finite result (nothing is sent)."""
+    if getattr(attack, "needs_global_model", False):
+        return np.asarray(attack(honest, rng=rng, global_model=global_model), dtype=np.float32)
+    return np.asarray(attack(honest, rng=rng), dtype=np.float32)
+
+
 def check_network_adversary(scenario: Scenario) -> None:
     """Refuse what the adversary module cannot yet do over a real network: a per-round adversary and client
     availability models (the simulator samples them centrally) and omniscient update attacks (they read the
@@ -369,12 +377,8 @@ class MemberTrainer:
         if attacking and self.batch_attack is not None:
             delta = self.batch_attack.boost_update(delta)  # model replacement: s · Δ
         if attacking and self.update_attack is not None:
-            rng = w.rng.child("attack", i, r).numpy()
-            honest = delta[None, :]
-            if getattr(self.update_attack, "needs_global_model", False):
-                delta = np.asarray(self.update_attack(honest, rng=rng, global_model=job.model), dtype=np.float32)
-            else:
-                delta = np.asarray(self.update_attack(honest, rng=rng), dtype=np.float32)
+            delta = attack_update(self.update_attack, delta[None, :], rng=w.rng.child("attack", i, r).numpy(),
+                                  global_model=job.model)
         if not np.isfinite(delta).all():
             return None  # the attack overflowed: this Byzantine client sends nothing
         return TrainResult(np.ascontiguousarray(delta, dtype=np.float32), n)

@@ -117,7 +117,7 @@ def _human(v: Any) -> str:
     return str(v)
 
 
-class _LibP2PLogBridge(logging.Handler):
+class _LogBridge(logging.Handler):
     """py-libp2p's and our transport's warnings through our event log (one line each, never a multi-line dump)."""
 
     def __init__(self, log: EventLog) -> None:
@@ -242,7 +242,7 @@ class NodeRuntime:
         )
         for name in ("libp2p", "node.runtime._transport"):  # their records go to our log only, one line each
             lg = logging.getLogger(name)
-            lg.handlers = [h for h in lg.handlers if not isinstance(h, _LibP2PLogBridge)] + [_LibP2PLogBridge(self.log)]
+            lg.handlers = [h for h in lg.handlers if not isinstance(h, _LogBridge)] + [_LogBridge(self.log)]
             lg.propagate = False
 
     # --- wall clock -------------------------------------------------------------------------------
@@ -350,21 +350,18 @@ class NodeRuntime:
         self._execute(self.core.on_message(sender, data))
 
     async def _clock(self) -> None:
-        next_at = time.monotonic()
+        """One ``core.tick()`` per elapsed tick of wall time; after a stall at most ``CATCH_UP_TICKS_MAX`` at once
+        (the skipped ones are lost, as a sleeping machine loses them)."""
         while True:
             target = self._wall_tick()
-            n = min(max(0, target - self._tick), CATCH_UP_TICKS_MAX)
-            self._tick = max(self._tick, target - CATCH_UP_TICKS_MAX) if n == CATCH_UP_TICKS_MAX else self._tick
-            for _ in range(n):
+            self._tick = max(self._tick, target - CATCH_UP_TICKS_MAX)
+            while self._tick < target:
                 self._tick += 1
                 if not self.finished:
                     self._execute(self.core.tick())
                 elif self._tick % ARCHIVE_RETRY_TICKS == 0 and self.core.wanted():
                     self._execute(self.core.ask_wanted())  # no more rounds, but the archive is completed
-            next_at += self._tick_ms / 1000
-            await trio.sleep(max(0.0, next_at - time.monotonic()))
-            if next_at < time.monotonic() - 1.0:  # far behind (a stall): resynchronise instead of bursting
-                next_at = time.monotonic()
+            await trio.sleep(self._tick_ms / 1000)
 
     async def _training(self) -> None:
         while True:
@@ -402,7 +399,7 @@ class NodeRuntime:
         return {
             "height": st.height,
             "stored": self.stored_height,
-            "view": getattr(rs, "view", 0),
+            "view": rs.view,
             "role": role,
             "peers": len(self.transport.connected()),
             "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",

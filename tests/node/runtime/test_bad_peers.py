@@ -71,7 +71,7 @@ from node.runtime._frames import encode_header, read_frame
 from node.runtime._transport import TransportLimits, protocol_ids
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
-from sim._testnet import NodeFiles, free_ports, write_testnet
+from sim._testnet import NodeFiles, free_ports, read_events, write_testnet
 from sim._world import World
 
 ROUNDS = 8
@@ -103,21 +103,8 @@ class NodeProc:
         return self.files.dir / "node.log"
 
     def poll(self) -> None:
-        try:
-            with open(self.log, "rb") as fh:
-                fh.seek(self.offset)
-                chunk = fh.read()
-        except OSError:
-            return
-        end = chunk.rfind(b"\n") + 1
-        self.offset += end
-        for line in chunk[:end].splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                self.events.append(ev)
+        events, self.offset = read_events(self.log, self.offset)
+        self.events += events
 
     def sample_memory(self) -> None:
         try:

@@ -33,7 +33,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
-from sim._testnet import stop_processes, write_testnet
+from sim._testnet import read_events, stop_processes, write_testnet
 from sim._world import World
 
 N = 4
@@ -107,18 +107,7 @@ class Sandbox:
 
 
 def _events(node_dir: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        for line in (node_dir / "node.log").read_bytes().splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict):
-                out.append(ev)
-    except OSError:
-        pass
-    return out
+    return read_events(node_dir / "node.log")[0]
 
 
 def _stored(events: list[dict[str, Any]]) -> int:

@@ -8,7 +8,6 @@ repeats it at 20 seeded moments and prints the count of clean recoveries.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -23,7 +22,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import _scenario_toml, verify_ledger
-from sim._testnet import free_ports, stop_processes, write_testnet
+from sim._testnet import free_ports, read_events, stop_processes, write_testnet
 from sim._world import World
 
 ROUNDS = 24
@@ -39,18 +38,8 @@ def _start(cfg: Path, rounds: int, linger: float) -> subprocess.Popen[bytes]:
 
 
 def _stored(node_dir: Path) -> int:
-    height = 0
-    try:
-        for line in (node_dir / "node.log").read_bytes().splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict) and ev.get("event") == "decided":
-                height = max(height, int(ev["height"]))
-    except OSError:
-        pass
-    return height
+    events = read_events(node_dir / "node.log")[0]
+    return max((int(e["height"]) for e in events if e.get("event") == "decided"), default=0)
 
 
 def _head(ledger: Path) -> tuple[int, bytes]:
