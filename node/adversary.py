@@ -179,6 +179,11 @@ class NodeAdversary(Behavior):
     def distances(self, distances: dict[str, float]) -> dict[str, float]:
         return lying_distances(distances) if self._active("corrupt") else distances
 
+    @property
+    def silent(self) -> bool:
+        """A drop fault holds now: this node sends nothing, blobs served on request included."""
+        return self._active("drop")
+
     def outgoing(self, to: str, data: bytes) -> tuple[float, bytes] | None:
         """``(delay_s, data)`` to send to ``to`` instead of ``data``, or None to drop it."""
         if not self._plan:

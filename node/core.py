@@ -90,7 +90,7 @@ from learning._blobs import vector_to_blob
 from learning._errors import InvalidUpdateError
 from learning._scoring import distance_row
 from learning._strategies import ClientUpdate, PublicEval
-from node._rounds import RoundPlan, RoundRules, evidence_key, proposal_evidence_key
+from node._rounds import RoundHistory, RoundPlan, RoundRules, evidence_key, proposal_evidence_key
 from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
 __all__ = [
@@ -267,6 +267,10 @@ class NodeCore:
         The tick this node starts at (a runtime maps the wall clock to ticks: the block time a proposer
         injects, ``genesis_time_ms + tick × tick_ms``, is then wall time; it is bounded below by the last
         block's time either way).
+    history:
+        The recent rounds of ``state``'s chain (a semi-synchronous strategy's staleness window), rebuilt by
+        a host that resumes a stored chain (:func:`node._rounds.replay_history`); default: empty, right at
+        the genesis.
     """
 
     def __init__(
@@ -288,6 +292,7 @@ class NodeCore:
         start_tick: int = 0,
         model_missing: bool = False,
         replica_restore: bytes | None = None,
+        history: RoundHistory | None = None,
     ) -> None:
         self._rules = RoundRules(genesis, ctx=ctx, public=public)
         self._block_source = block_source
@@ -312,7 +317,7 @@ class NodeCore:
         self._dim = model.shape[0]
         self._upload_dim = self._rules.upload_dim(self._dim)
         self._model: np.ndarray | None = None if model_missing else model
-        self._history = self._rules.new_history()
+        self._history = history if history is not None else self._rules.new_history()
         self._timeouts = genesis.protocol.timeouts
         self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
         self._now = int(start_tick)
@@ -475,6 +480,21 @@ class NodeCore:
     @property
     def replica(self) -> Replica:
         return self._replica
+
+    def servable(self, digest: bytes) -> bytes | None:
+        """A blob this node hands out to a peer that asks for it by digest (a host's own fetch protocol; the
+        simulator's nodes answer ``want`` messages from the same source), or None."""
+        return self._servable(digest)
+
+    def on_fetched(self, blob: bytes) -> list[NodeEffect]:
+        """A blob the host fetched by digest on the core's behalf (it turned a ``want`` into a fetch): the same
+        as a ``blobs`` message carrying it (kept only if its digest is wanted or it may be used soon)."""
+        try:
+            self._on_blobs((blob,))
+        except (LedgerError, InvalidUpdateError) as e:
+            self._dropped[type(e).__name__] += 1
+        self._progress()
+        return self._flush()
 
     def wanted(self) -> int:
         """Blobs this node is still fetching (the model, a strategy state, an archived round's updates)."""

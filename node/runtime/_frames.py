@@ -10,6 +10,7 @@ payload under ``read_base_s + size / read_bytes_per_s_min``. Each way a frame ca
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -35,7 +36,7 @@ class FrameStream(Protocol):
 class FrameError(Exception):
     """A frame the peer sent is bad. ``reason`` is one of :data:`REASONS`."""
 
-    REASONS = ("oversized", "empty", "truncated", "header_timeout", "payload_timeout")
+    REASONS = ("oversized", "empty", "truncated", "header_timeout", "payload_timeout", "malformed", "over_budget")
 
     def __init__(self, reason: str, detail: str = "") -> None:
         assert reason in self.REASONS, reason
@@ -81,12 +82,14 @@ async def read_frame(
     header_timeout_s: float,
     read_base_s: float,
     read_bytes_per_s_min: int,
+    admit: Callable[[int], bool] | None = None,
 ) -> bytes | None:
     """Read one frame; ``None`` when the stream ended cleanly at a frame boundary.
 
     Raises :class:`FrameError` for a bad frame: a length above ``frame_max`` (rejected before any payload
-    byte is read), a zero length, a stream that ends mid-frame, no header within ``header_timeout_s``, or
-    a payload slower than its deadline.
+    byte is read), a zero length, a length ``admit`` refuses (the sender's byte budget; called once per
+    frame, before the payload is read), a stream that ends mid-frame, no header within
+    ``header_timeout_s``, or a payload slower than its deadline.
     """
     with trio.move_on_after(header_timeout_s) as header_scope:
         try:
@@ -102,6 +105,8 @@ async def read_frame(
         raise FrameError("oversized", f"{size} bytes announced, cap {frame_max}")
     if size == 0:
         raise FrameError("empty")
+    if admit is not None and not admit(size):
+        raise FrameError("over_budget", f"{size} bytes announced beyond the sender's budget")
     deadline_s = read_base_s + size / read_bytes_per_s_min
     with trio.move_on_after(deadline_s):
         try:

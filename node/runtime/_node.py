@@ -46,9 +46,12 @@ from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerErro
 from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_ledger
 from ledger.store import StoreError
 from learning._blobs import blob_to_vector, vector_to_blob
+from learning._errors import LearningError
 from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
 from node.adversary import NodeAdversary
+from node._rounds import RoundHistory, RoundRules
+from node._wire import Envelope
 from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
@@ -56,6 +59,8 @@ from node.runtime._votelog import VoteLog
 __all__ = ["NodeOptions", "NodeRuntime", "Trainer", "run_node"]
 
 CATCH_UP_TICKS_MAX = 50
+FETCHES_MAX = 4
+"""Blob fetches in flight at once (each holds at most one blob of ``data_frame_max`` bytes)."""
 ARCHIVE_RETRY_TICKS = 5
 ARCHIVE_WAIT_S = 60.0
 """After the last round: how long a node that stops at a height waits for the blobs its archive still lacks."""
@@ -135,10 +140,27 @@ class _LogBridge(logging.Handler):
         self._log(event, level="warning", source=record.name, message=msg)
 
 
-def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> tuple[SqliteBlockStore, FileBlobStore, ChainState, np.ndarray | None]:
-    """Open (or create) the node's ledger in ``data_dir`` and replay it: ``(store, blobs, head state, head model)``.
+@dataclass(frozen=True, slots=True)
+class StoredChain:
+    """A node's ledger opened and replayed (:func:`load_chain`)."""
 
-    The head model is None when its blob is missing (the node then fetches it from its peers)."""
+    store: SqliteBlockStore
+    blobs: FileBlobStore
+    state: ChainState
+    model: np.ndarray | None
+    """The head model; None when its blob is missing (the node then fetches it from its peers)."""
+    history: RoundHistory | None
+    """The staleness window of a semi-synchronous strategy, as the live node had it (None: none is kept)."""
+
+
+def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> StoredChain:
+    """Open (or create) the node's ledger in ``data_dir`` and replay it to its head.
+
+    For a semi-synchronous strategy (FedAsync, Sself: ``max_staleness`` > 0) the replay also rebuilds the
+    round history the core keeps (who trained at each recent height, the models those rounds started from,
+    which updates are in), as the auditor's re-execution does, so a restarted node plans the next round
+    like its peers. The plans depend on the whole chain, so every block is planned; model blobs are read
+    for the last ``max_staleness`` heights only."""
     ldir = data_dir / LEDGER_DIR
     g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
     if sha256(g_blob) != genesis.model.digest:
@@ -154,8 +176,20 @@ def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> t
     ctx = ChainContext(genesis)
     state = genesis_state(ctx)
     try:
-        for h in range(1, store.height() + 1):
-            state = apply_block(ctx, state, store.get(h))
+        rules: RoundRules | None = RoundRules(genesis, ctx=ctx)
+    except LearningError:  # a strategy this host cannot run (the core says why when it is built)
+        rules = None
+    history = rules.new_history() if rules is not None and rules.staleness > 0 else None
+    height = store.height()
+    try:
+        for h in range(1, height + 1):
+            block = store.get(h)
+            if history is not None and rules is not None:
+                before = None
+                if h > height - history.window and blobs.has(state.model_digest):
+                    before = np.array(blob_to_vector(blobs.get(state.model_digest)), dtype=np.float32)
+                history.record(rules.plan(state, history), before, block.payload)
+            state = apply_block(ctx, state, block)
     except LedgerError as e:
         store.close()
         raise StoreError(f"{ldir}: stored chain does not verify: {e}") from None
@@ -164,7 +198,7 @@ def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> t
         model = np.array(blob_to_vector(blobs.get(state.model_digest)), dtype=np.float32)
         if model.shape != (initial_model.shape[0],):
             model = None
-    return store, blobs, state, model
+    return StoredChain(store, blobs, state, model, history)
 
 
 class NodeRuntime:
@@ -195,7 +229,8 @@ class NodeRuntime:
         self.log = log if log is not None else EventLog(fmt=options.log_format)
         self._trainer = trainer
         self._tick_ms = genesis.protocol.timeouts.tick_ms
-        self.store, self.blobs, state, model = load_chain(genesis, self.data_dir, initial_model)
+        chain = load_chain(genesis, self.data_dir, initial_model)
+        self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
         self._votes = VoteLog(self.data_dir / VOTE_LOG)
         restore = self._votes.load()
         self._start_tick = self._wall_tick()
@@ -212,6 +247,7 @@ class NodeRuntime:
             replica_restore=restore,
             model_missing=awaiting,
             behavior=adversary,
+            **({"history": chain.history} if chain.history is not None else {}),
         )
         self.adversary = adversary
         if adversary is not None:
@@ -238,8 +274,12 @@ class NodeRuntime:
             addresses=options.peers,
             listen=options.listen,
             on_frame=self._on_frame,
+            serve_blob=self._serve_blob,
             limits=options.limits,
         )
+        self._fetching: set[bytes] = set()  # digests being fetched now
+        self._fetch_slots = trio.CapacityLimiter(FETCHES_MAX)
+        self.fetched = 0
         for name in ("libp2p", "node.runtime._transport"):  # their records go to our log only, one line each
             lg = logging.getLogger(name)
             lg.handlers = [h for h in lg.handlers if not isinstance(h, _LogBridge)] + [_LogBridge(self.log)]
@@ -273,7 +313,10 @@ class NodeRuntime:
         for fx in effects:
             if isinstance(fx, Transmit):
                 self.sent[fx.kind] += 1
-                self._send(fx.to, fx.data, fx.kind)
+                if fx.kind == "want" and self._nursery is not None:
+                    self._fetch_wanted(fx.to, fx.data)
+                else:
+                    self._send(fx.to, fx.data, fx.kind)
             elif isinstance(fx, Train):
                 if fx.job.fl_round <= self.last_height and not self.finished:
                     self._jobs.append(fx.job)
@@ -299,6 +342,34 @@ class NodeRuntime:
     async def _send_later(self, delay: float, to: str, data: bytes, kind: str) -> None:
         await trio.sleep(delay)
         self.transport.send(to, data, kind)
+
+    def _serve_blob(self, digest: bytes) -> bytes | None:
+        if self.adversary is not None and self.adversary.silent:
+            self.adversary.counts["dropped"] += 1
+            return None
+        return self.core.servable(digest)
+
+    def _fetch_wanted(self, peer: str, data: bytes) -> None:
+        """The core asks ``peer`` for blobs (a ``want`` envelope): fetch them by digest, in chunks, over the
+        fetch protocol instead (the core retries what does not arrive, asking the next peer in turn)."""
+        if self.adversary is not None and self.adversary.outgoing(peer, data) is None:
+            return  # a node that the scenario cuts off asks nobody
+        digests = [d for d in Envelope.decode(data).want or () if d not in self._fetching]  # type: ignore[attr-defined]
+        if digests and self._nursery is not None:
+            self._fetching.update(digests)
+            self._nursery.start_soon(self._fetch, peer, digests)
+
+    async def _fetch(self, peer: str, digests: list[bytes]) -> None:
+        try:
+            async with self._fetch_slots:
+                for digest in digests:
+                    blob = await self.transport.fetch(peer, digest)
+                    self._fetching.discard(digest)
+                    if blob is not None:
+                        self.fetched += 1
+                        self._execute(self.core.on_fetched(blob))
+        finally:
+            self._fetching.difference_update(digests)
 
     def _store_decided(self, fx: Decided) -> None:
         """Append a decided block (its model blob too, when this node holds the model as a vector; otherwise the
@@ -407,6 +478,7 @@ class NodeRuntime:
             "consensus_dropped": dict(rs.dropped),
             "view_changes": self.view_changes,
             "evidence": self.evidence,
+            "fetched": self.fetched,
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
                 "messages_out": dict(ts.messages_out), "bytes_out": dict(ts.bytes_out),
@@ -448,7 +520,7 @@ class NodeRuntime:
                 self._nursery = nursery
                 await nursery.start(self.transport.run)
                 self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
-                         chain=self.genesis.chain_id)
+                         chain=self.genesis.chain_id, limits=_changed_limits(self.options.limits))
                 task_status.started()
                 await self._wait_peers()
                 self._execute(self.core.start())
@@ -466,6 +538,12 @@ class NodeRuntime:
         finally:
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
             self.store.close()
+
+
+def _changed_limits(limits: TransportLimits) -> dict[str, Any]:
+    """The transport limits that differ from the defaults (a node config's ``[transport]`` table)."""
+    default = TransportLimits()
+    return {f: getattr(limits, f) for f in TransportLimits.__dataclass_fields__ if getattr(limits, f) != getattr(default, f)}
 
 
 async def run_node(runtime: NodeRuntime) -> int:

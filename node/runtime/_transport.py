@@ -8,6 +8,12 @@ Design
   (capped at ``msg_frame_max``) and ``/concilium/<chain-id>/blob/1`` carries ``update``/``blobs``/``model``
   (capped at ``data_frame_max``). A 20 MB blob in flight therefore never delays a vote. Frames are a
   4-byte big-endian length and the payload (``_frames.py``); a stream carries many frames.
+* A third protocol, ``/concilium/<chain-id>/fetch/1``, fetches a blob by digest in chunks
+  (:meth:`Transport.fetch`, records in ``_fetch.py``): the asker pipelines range requests on one stream, the
+  server answers each from ``serve_blob`` with one chunk frame of at most 1 MiB, and the asker checks each
+  chunk against its request and the whole blob against its digest before returning it.
+  (DESIGN.md names a ``/sync/1`` protocol: block sync here is the replica's own sync messages, which are
+  consensus messages and ride ``msg/1`` with them; what sync needs beyond blocks, the blobs, is ``fetch/1``.)
 * Outbound: :meth:`Transport.send` is synchronous and never blocks. It appends to a per-peer queue bounded
   in bytes (the oldest frames are dropped past ``queue_bytes_max``); one sender task per (member,
   protocol) keeps one stream open, writes under a deadline, reopens a failed stream and retries the frame
@@ -64,7 +70,7 @@ import hashlib
 import logging
 import math
 import re
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +91,8 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
-from ledger import KeyPair
+from ledger import DecodeError, KeyPair, sha256
+from node.runtime._fetch import CHUNK_BYTES, REQUEST_FRAME_MAX, RESPONSE_FRAME_MAX, WINDOW, BlobChunk, BlobRequest
 from node.runtime._frames import FrameError, encode_header, read_frame
 
 # The one piece of global state (defect 8): `import libp2p` (above) cleared the "libp2p" logger's handlers
@@ -108,11 +115,12 @@ _ONE_WRITE_MAX = 60 << 10
 """Frames up to this size go out in one write (header and payload): one Noise frame instead of two."""
 
 
-def protocol_ids(chain_id: str) -> tuple[TProtocol, TProtocol]:
-    """``(msg, blob)`` protocol ids of a chain."""
+def protocol_ids(chain_id: str) -> tuple[TProtocol, TProtocol, TProtocol]:
+    """``(msg, blob, fetch)`` protocol ids of a chain."""
     if not _CHAIN_ID.fullmatch(chain_id):
         raise ValueError(f"chain id {chain_id!r} is not 1-64 characters of [A-Za-z0-9._-]")
-    return TProtocol(f"/concilium/{chain_id}/msg/1"), TProtocol(f"/concilium/{chain_id}/blob/1")
+    return (TProtocol(f"/concilium/{chain_id}/msg/1"), TProtocol(f"/concilium/{chain_id}/blob/1"),
+            TProtocol(f"/concilium/{chain_id}/fetch/1"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +137,11 @@ class TransportLimits:
     bad_frames_window_s: float = 600.0
     ban_s: float = 60.0
     inbound_streams_per_peer_max: int = 8
+    inbound_bytes_per_peer_max: int = (16 << 20) + (256 << 20)
+    """Bytes of the frames being read from one peer at once (announced lengths): a frame that would pass it
+    is a bad frame (its stream is reset before the payload is read). An honest peer sends one frame per
+    protocol at a time, so the default is ``msg_frame_max + data_frame_max``; memory for inbound frames is
+    bounded by this times the members."""
     connections_max: int = 256
     backoff_min_s: float = 0.5
     backoff_max_s: float = 30.0
@@ -138,12 +151,15 @@ class TransportLimits:
             raise ValueError("need 0 < msg_frame_max <= data_frame_max < 2**32")
         positive = ("header_timeout_s", "read_bytes_per_s_min", "write_timeout_s", "dial_timeout_s",
                     "queue_bytes_max", "bad_frames_window_s", "inbound_streams_per_peer_max",
+                    "inbound_bytes_per_peer_max",
                     "connections_max", "backoff_min_s")  # fmt: skip
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
         if self.read_base_s < 0 or self.bad_frames_max < 0 or self.ban_s < 0:
             raise ValueError("read_base_s, bad_frames_max and ban_s must be >= 0")
+        if self.inbound_bytes_per_peer_max < self.data_frame_max:
+            raise ValueError("inbound_bytes_per_peer_max < data_frame_max: the largest frame could never arrive")
         if self.backoff_max_s < self.backoff_min_s:
             raise ValueError("backoff_max_s < backoff_min_s")
 
@@ -190,6 +206,7 @@ class _Peer:
     changed: trio.Event = field(default_factory=trio.Event)  # connection, ban or address book changed
     queued_bytes: int = 0
     inbound_streams: int = 0
+    inbound_bytes: int = 0  # announced lengths of the frames being read from this peer now
     bad_at: deque[float] = field(default_factory=deque)
     banned_until: float = -math.inf
 
@@ -235,19 +252,26 @@ class Transport:
         addresses: Mapping[str, Sequence[str]],
         listen: Sequence[str],
         on_frame: Callable[[str, bytes], None],
+        serve_blob: Callable[[bytes], bytes | None] | None = None,
         limits: TransportLimits = TransportLimits(),
         log: logging.Logger | None = None,
     ) -> None:
+        """``serve_blob(digest)``: the blob this node hands out to a peer's :meth:`fetch`, or None if it does
+        not hold it (None for ``serve_blob`` itself: every fetch is answered "not held")."""
         key_pair = create_new_key_pair(key.seed)
         if ID.from_pubkey(key_pair.public_key).to_base58() != key.peer_id:
             raise ValueError("the libp2p peer id of the key's seed differs from key.peer_id")
-        msg, blob = protocol_ids(chain_id)
+        msg, blob, fetch = protocol_ids(chain_id)
         self.peer_id = key.peer_id
         self.limits = limits
         self._log = log or logging.getLogger(__name__)
         self._on_frame = on_frame
+        self._serve_blob = serve_blob
         self._channels = {"msg": _Channel("msg", msg, limits.msg_frame_max),
                           "blob": _Channel("blob", blob, limits.data_frame_max)}  # fmt: skip
+        self._fetch_channel = _Channel("fetch", fetch, REQUEST_FRAME_MAX)  # inbound: requests; no send queue
+        self._serving: OrderedDict[bytes, bytes] = OrderedDict()  # blobs being served, by digest (bounded)
+        self._serving_bytes = 0
         self._listen = [multiaddr.Multiaddr(a) for a in listen]
         self._peers = {
             m: _Peer(m, ID.from_base58(m), {c: deque() for c in self._channels},
@@ -290,7 +314,7 @@ class Transport:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self._host.get_network().register_notifee(_Gate(self))
-            for channel in self._channels.values():
+            for channel in (*self._channels.values(), self._fetch_channel):
                 self._host.set_stream_handler(channel.protocol, functools.partial(self._serve, channel))
             async with self._host.run(listen_addrs=self._listen):
                 network = self._host.get_network()
@@ -396,7 +420,10 @@ class Transport:
                 return
             peer.inbound_streams += 1
             try:
-                await self._read_frames(channel, peer, stream)
+                if channel is self._fetch_channel:
+                    await self._serve_fetch(peer, stream)
+                else:
+                    await self._read_frames(channel, peer, stream)
             finally:
                 peer.inbound_streams -= 1
         except Exception:
@@ -406,39 +433,201 @@ class Transport:
 
     async def _read_frames(self, channel: _Channel, peer: _Peer, stream: INetStream) -> None:
         limits = self.limits
+        reserved = 0
+
+        def admit(size: int) -> bool:  # the peer's inbound byte budget, held until the frame is handled
+            nonlocal reserved
+            if peer.inbound_bytes + size > limits.inbound_bytes_per_peer_max:
+                return False
+            peer.inbound_bytes += size
+            reserved = size
+            return True
+
+        while True:
+            try:
+                try:
+                    data = await read_frame(
+                        stream,
+                        frame_max=channel.frame_max,
+                        header_timeout_s=limits.header_timeout_s,
+                        read_base_s=limits.read_base_s,
+                        read_bytes_per_s_min=limits.read_bytes_per_s_min,
+                        admit=admit,
+                    )
+                except FrameError as bad:
+                    self._log.warning("bad %s frame from %s: %s", channel.name, _short(peer.id), bad)
+                    self._bad_frame(peer, bad.reason)
+                    await self._reset(stream)
+                    return
+                if data is None:  # clean end at a frame boundary
+                    await self._close(stream)
+                    return
+                if self._is_banned(peer):
+                    self._dropped["from_banned"] += 1
+                    await self._reset(stream)
+                    return
+                self._messages_in[channel.name] += 1
+                self._bytes_in[channel.name] += len(data)
+                try:
+                    self._on_frame(peer.id, data)
+                except Exception:
+                    self._dropped["on_frame_error"] += 1
+                    self._log.exception("on_frame raised for a %s frame from %s", channel.name, _short(peer.id))
+                del data  # not kept alive (up to a 256 MiB blob) while this stream waits for its next frame
+            finally:
+                peer.inbound_bytes -= reserved
+                reserved = 0
+
+    async def _serve_fetch(self, peer: _Peer, stream: INetStream) -> None:
+        """Answer the :class:`BlobRequest` frames of one fetch stream, in order, until the asker closes it."""
+        limits = self.limits
         while True:
             try:
                 data = await read_frame(
                     stream,
-                    frame_max=channel.frame_max,
+                    frame_max=REQUEST_FRAME_MAX,
                     header_timeout_s=limits.header_timeout_s,
                     read_base_s=limits.read_base_s,
                     read_bytes_per_s_min=limits.read_bytes_per_s_min,
                 )
+                if data is None:
+                    await self._close(stream)
+                    return
+                try:
+                    request = BlobRequest.decode(data, bytes_max=REQUEST_FRAME_MAX)  # type: ignore[attr-defined]
+                except DecodeError as exc:
+                    raise FrameError("malformed", str(exc)) from None
             except FrameError as bad:
-                self._log.warning("bad %s frame from %s: %s", channel.name, _short(peer.id), bad)
+                self._log.warning("bad fetch request from %s: %s", _short(peer.id), bad)
                 self._bad_frame(peer, bad.reason)
                 await self._reset(stream)
-                return
-            if data is None:  # clean end at a frame boundary
-                with trio.move_on_after(_CLOSE_TIMEOUT_S):
-                    try:
-                        await stream.close()
-                    except _NET_ERRORS:
-                        pass
                 return
             if self._is_banned(peer):
                 self._dropped["from_banned"] += 1
                 await self._reset(stream)
                 return
-            self._messages_in[channel.name] += 1
-            self._bytes_in[channel.name] += len(data)
+            blob = self._servable(request.digest)
+            if blob is None or request.offset >= len(blob) > 0:
+                chunk = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"")
+            else:
+                end = min(len(blob), request.offset + request.length)
+                chunk = BlobChunk(digest=request.digest, offset=request.offset, total=len(blob),
+                                  data=blob[request.offset:end])  # fmt: skip
+            frame = chunk.encode()  # type: ignore[attr-defined]
+            del blob, chunk
+            if not await self._write(stream, frame):
+                await self._reset(stream)
+                return
+            self._messages_out["chunk"] += 1
+            self._bytes_out["chunk"] += len(frame)
+
+    def _servable(self, digest: bytes) -> bytes | None:
+        """``serve_blob(digest)``, memoized while a fetch runs: one lookup per blob, not one per chunk. The memo
+        holds the blobs served last, ``data_frame_max`` bytes in all at most (always the newest one)."""
+        blob = self._serving.get(digest)
+        if blob is not None:
+            self._serving.move_to_end(digest)
+            return blob
+        if self._serve_blob is None:
+            return None
+        try:
+            blob = self._serve_blob(digest)
+        except Exception:
+            self._dropped["serve_blob_error"] += 1
+            self._log.exception("serve_blob raised")
+            return None
+        if not blob:
+            return None
+        self._serving[digest] = blob
+        self._serving_bytes += len(blob)
+        while self._serving_bytes > self.limits.data_frame_max and len(self._serving) > 1:
+            _, old = self._serving.popitem(last=False)
+            self._serving_bytes -= len(old)
+        return blob
+
+    async def fetch(self, to: str, digest: bytes, *, size_max: int | None = None) -> bytes | None:
+        """The blob ``digest`` from member ``to``, fetched in chunks over one fetch stream and digest-checked;
+        None if ``to`` does not hold it, is not connected, or fails (counted in ``stats.dropped``). Never
+        raises for peer reasons. A peer that sends chunks that contradict its requests, a total above
+        ``size_max`` (default ``limits.data_frame_max``), or bytes of another digest is charged a bad frame."""
+        if len(digest) != 32:
+            raise ValueError("a digest is 32 bytes")
+        cap = min(size_max or self.limits.data_frame_max, self.limits.data_frame_max)
+        peer = self._peers.get(to)
+        if peer is None or self._is_banned(peer) or not self._is_connected(peer):
+            self._dropped["fetch_unreachable"] += 1
+            return None
+        stream = await self._open(peer, self._fetch_channel)
+        if stream is None:
+            self._dropped["fetch_failed"] += 1
+            return None
+        try:
+            blob = await self._fetch_chunks(peer, stream, digest, cap)
+        except FrameError as bad:
+            self._log.warning("bad fetch answer from %s: %s", _short(peer.id), bad)
+            self._bad_frame(peer, bad.reason)
+            await self._reset(stream)
+            return None
+        except _NET_ERRORS as exc:
+            self._log.info("fetch from %s failed: %r", _short(peer.id), exc)
+            self._dropped["fetch_failed"] += 1
+            await self._reset(stream)
+            return None
+        await self._close(stream)
+        return blob
+
+    async def _fetch_chunks(self, peer: _Peer, stream: INetStream, digest: bytes, cap: int) -> bytes | None:
+        limits = self.limits
+        sent: deque[tuple[int, int]] = deque()  # (offset, length) of the requests in flight, in order
+        total: int | None = None
+        buf = bytearray()
+        next_offset = 0
+
+        async def ask(offset: int, length: int) -> None:
+            frame = BlobRequest(digest=digest, offset=offset, length=length).encode()  # type: ignore[attr-defined]
+            if not await self._write(stream, frame):
+                raise trio.BrokenResourceError("fetch request not written")
+            sent.append((offset, length))
+
+        await ask(0, CHUNK_BYTES)  # the first answer tells the total
+        next_offset = CHUNK_BYTES
+        while sent:
+            data = await read_frame(
+                stream,
+                frame_max=RESPONSE_FRAME_MAX,
+                header_timeout_s=limits.read_base_s + RESPONSE_FRAME_MAX / limits.read_bytes_per_s_min,
+                read_base_s=limits.read_base_s,
+                read_bytes_per_s_min=limits.read_bytes_per_s_min,
+            )
+            if data is None:
+                raise FrameError("truncated", "the server closed the fetch stream early")
             try:
-                self._on_frame(peer.id, data)
-            except Exception:
-                self._dropped["on_frame_error"] += 1
-                self._log.exception("on_frame raised for a %s frame from %s", channel.name, _short(peer.id))
-            del data  # not kept alive (up to a 256 MiB blob) while this stream waits for its next frame
+                chunk = BlobChunk.decode(data, bytes_max=RESPONSE_FRAME_MAX)  # type: ignore[attr-defined]
+            except DecodeError as exc:
+                raise FrameError("malformed", str(exc)) from None
+            self._messages_in["fetch"] += 1
+            self._bytes_in["fetch"] += len(data)
+            del data
+            offset, length = sent.popleft()
+            if chunk.digest != digest or chunk.offset != offset:
+                raise FrameError("malformed", "a chunk that answers another request")
+            if total is None:
+                if chunk.total == 0:
+                    self._dropped["fetch_not_held"] += 1
+                    return None
+                if chunk.total > cap:
+                    raise FrameError("oversized", f"a blob of {chunk.total} bytes announced, cap {cap}")
+                total = chunk.total
+                buf = bytearray(total)
+            if chunk.total != total or len(chunk.data) != min(length, total - offset):
+                raise FrameError("malformed", "a chunk whose size or total contradicts the first one")
+            buf[offset:offset + len(chunk.data)] = chunk.data
+            while next_offset < total and len(sent) < WINDOW:
+                await ask(next_offset, min(CHUNK_BYTES, total - next_offset))
+                next_offset += CHUNK_BYTES
+        if sha256(buf) != digest:
+            raise FrameError("malformed", "the fetched blob does not match its digest")
+        return bytes(buf)
 
     def _bad_frame(self, peer: _Peer, reason: str) -> None:
         self._dropped[reason] += 1

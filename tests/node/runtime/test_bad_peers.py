@@ -511,7 +511,7 @@ async def _wait(predicate: Callable[[], bool], nodes: list[NodeProc], timeout_s:
 async def test_bad_peers_are_dropped_and_the_network_keeps_committing(tmp_path: Path) -> None:
     world, files = _write_network(tmp_path)
     chain = world.genesis.chain_id
-    msg, blob = protocol_ids(chain)
+    msg, blob, _ = protocol_ids(chain)
     net = Net(chain=chain, msg=msg, blob=blob, members=[f.peer_id for f in files], byz=world.keys[3],
               outsider=KeyPair.derive("bad-peers-outsider"), dim=int(np.asarray(world.theta0).shape[0]),
               node_addr=[f.address for f in files])  # fmt: skip

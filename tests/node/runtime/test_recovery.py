@@ -78,8 +78,11 @@ def crash_and_recover(tmp: Path, seed: int) -> dict[str, object]:
         stop_processes(procs, grace_s=30)
     heads = [_head(f.dir / "data" / "ledger") for f in files]
     verdicts = [verify_ledger(f.dir / "data" / "ledger") for f in files]
+    stops = [e for e in read_events(files[victim].dir / "node.log")[0] if e.get("event") == "stopped"]
+    status = stops[-1].get("status", {}) if stops else {}
     return {"victim": victim, "at": at, "killed_at": killed_at, "heads": heads, "verdicts": verdicts,
-            "codes": [p.returncode for p in procs]}
+            "codes": [p.returncode for p in procs], "restart_fetched": status.get("fetched", 0),
+            "restart_chunks_in": status.get("net", {}).get("messages_in", {}).get("fetch", 0)}
 
 
 def _check(r: dict[str, object]) -> None:
@@ -89,6 +92,9 @@ def _check(r: dict[str, object]) -> None:
     assert isinstance(verdicts, list) and all(ok and "rounds re-executed" in v for ok, v in verdicts), verdicts
     # 0: stopped at the last height; 130: still lingering (serving peers) when the test stopped it with SIGINT
     assert all(c in (0, 130) for c in r["codes"]), r
+    # the rounds decided while it was down reached its ledger with their update blobs (it re-executes them):
+    # fetched by digest, in chunks, from its peers
+    assert r["restart_fetched"] >= 1 and r["restart_chunks_in"] >= r["restart_fetched"], r
 
 
 def test_kill_9_one_of_four_then_restart_catches_up(tmp_path: Path) -> None:

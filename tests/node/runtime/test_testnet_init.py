@@ -143,6 +143,8 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
                  "--base-port", "0"]) == 2  # port 0 is not a port a genesis can name
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
     node = tmp_path / "net" / "nodes" / "node-0"
+    with (node / "node.toml").open("a") as f:  # the node config's [transport] table reaches the transport
+        f.write("\n[transport]\nheader_timeout_s = 45.0\nban_s = 7\n")
     from sim._testnet import free_ports
 
     port = free_ports(1)[0]
@@ -165,7 +167,10 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err[-2000:]
-    events = [json.loads(line)["event"] for line in out.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    started = next(e for e in lines if e["event"] == "started")
+    assert started["limits"] == {"header_timeout_s": 45.0, "ban_s": 7}, started
+    events = [e["event"] for e in lines]
     assert events[-1] == "stopped" and "signal" in events[-4:], events[-5:]  # the block in flight may still commit
     ok, verdict = verify_ledger(node / "data" / "ledger")
     assert ok and "rounds re-executed" in verdict, verdict

@@ -34,11 +34,12 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
-from ledger import KeyPair
+from ledger import KeyPair, sha256
+from node.runtime._fetch import CHUNK_BYTES, REQUEST_FRAME_MAX, BlobChunk, BlobRequest
 from node.runtime._transport import Transport, TransportLimits, protocol_ids
 
 CHAIN = "transport-test"
-MSG, BLOB = protocol_ids(CHAIN)
+MSG, BLOB, FETCH = protocol_ids(CHAIN)
 A, B, C, D, X = (KeyPair.derive(f"transport-{name}") for name in "abcdx")
 MEMBERS = [A.peer_id, B.peer_id, C.peer_id, D.peer_id]  # X is not a member
 LIMITS = TransportLimits(
@@ -88,10 +89,11 @@ async def start(
     limits: TransportLimits = LIMITS,
     listen: str = LOCAL,
     on_frame: Callable[[str, bytes], None] | None = None,
+    serve_blob: Callable[[bytes], bytes | None] | None = None,
 ) -> tuple[Transport, Inbox, trio.CancelScope]:
     inbox = Inbox()
     transport = Transport(key=key, chain_id=CHAIN, members=MEMBERS, addresses=addresses or {}, listen=[listen],
-                          on_frame=on_frame or inbox, limits=limits)  # fmt: skip
+                          on_frame=on_frame or inbox, serve_blob=serve_blob, limits=limits)  # fmt: skip
     scope = await nursery.start(_run_scoped, transport)
     return transport, inbox, scope
 
@@ -159,6 +161,69 @@ async def test_members_exchange_both_protocols_both_ways_including_20mb() -> Non
         assert stats.messages_in == {"msg": 1, "blob": 1}
         assert b.stats.messages_in == {"msg": 5, "blob": 1}
         assert not a.stats.dropped and not b.stats.dropped
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_blobs_are_fetched_by_digest_in_chunks_and_digest_checked() -> None:
+    blob = os.urandom(3 * CHUNK_BYTES + 12_345)  # four chunks, the last one short
+    lie = os.urandom(2 * CHUNK_BYTES)
+    served: list[bytes] = []
+
+    def serve(digest: bytes) -> bytes | None:
+        served.append(digest)
+        return {sha256(blob): blob, sha256(b"claimed"): lie}.get(digest)
+
+    async with trio.open_nursery() as nursery:
+        b, _, _ = await start(nursery, B, serve_blob=serve)
+        a, _, _ = await start(nursery, A, addresses={B.peer_id: b.listen_addrs()})
+        await eventually(lambda: a.connected() == [B.peer_id])
+        assert await a.fetch(B.peer_id, sha256(blob)) == blob
+        assert a.stats.messages_in["fetch"] == 4 and b.stats.messages_out["chunk"] == 4
+        assert served == [sha256(blob)]  # one lookup per blob, not per chunk
+        assert await a.fetch(B.peer_id, sha256(blob)) == blob  # served again from the memo
+        # a blob the server does not hold: None, no charge against it
+        assert await a.fetch(B.peer_id, sha256(b"unknown")) is None
+        assert a.stats.dropped["fetch_not_held"] == 1
+        # a server whose bytes do not match the digest asked for: refused after the last chunk, charged
+        assert await a.fetch(B.peer_id, sha256(b"claimed")) is None
+        assert a.stats.dropped["malformed"] == 1
+        # a blob above the asker's cap: refused on the first chunk's total, before allocating it
+        assert await a.fetch(B.peer_id, sha256(blob), size_max=CHUNK_BYTES) is None
+        assert a.stats.dropped["oversized"] == 1
+        # unknown or unconnected peers: None, counted
+        assert await a.fetch(C.peer_id, sha256(blob)) is None and await a.fetch(X.peer_id, sha256(blob)) is None
+        assert a.stats.dropped["fetch_unreachable"] == 2
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_malformed_or_oversized_fetch_requests_reset_the_stream() -> None:
+    blob = os.urandom(100_000)
+    async with trio.open_nursery() as nursery:
+        b, _, _ = await start(nursery, B, serve_blob={sha256(blob): blob}.get)
+        async with raw_host(C) as host:
+            await connect(host, b)
+            # a well-formed request works from any member host (a chunk frame comes back)
+            stream = await host.new_stream(ID.from_base58(B.peer_id), [FETCH])
+            request = BlobRequest(digest=sha256(blob), offset=50_000, length=CHUNK_BYTES).encode()
+            await stream.write(header(len(request)) + request)
+            (size,) = struct.unpack(">I", await stream.read(4))
+            data = b""
+            while len(data) < size:
+                data += await stream.read(size - len(data))
+            chunk = BlobChunk.decode(data)
+            assert (chunk.total, chunk.offset, chunk.data) == (len(blob), 50_000, blob[50_000:])
+            # then garbage, a request for too much, a frame above the request cap: each resets the stream
+            for frame in (header(3) + b"abc",
+                          header(64) + bytes(64),
+                          header(REQUEST_FRAME_MAX + 1)):  # fmt: skip
+                stream = await host.new_stream(ID.from_base58(B.peer_id), [FETCH])
+                await stream.write(frame)
+                await wait_reset(stream, 10)
+            assert b.stats.dropped["malformed"] == 2 and b.stats.dropped["oversized"] == 1
+            with pytest.raises(ValueError):
+                BlobRequest(digest=sha256(blob), offset=0, length=CHUNK_BYTES + 1)
         nursery.cancel_scope.cancel()
 
 
@@ -288,6 +353,40 @@ async def test_streams_beyond_the_per_peer_bound_are_reset_at_once() -> None:
             assert b.stats.dropped == {"stream_too_many_streams": 1}
             await held[0].write(header(4) + b"held")  # the held streams still work
             await eventually(lambda: b_in.frames == [(C.peer_id, b"held")])
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_frames_beyond_a_peers_inbound_byte_budget_are_refused_before_their_payload() -> None:
+    limits = replace(LIMITS, inbound_bytes_per_peer_max=LIMITS.data_frame_max + LIMITS.msg_frame_max)
+    async with trio.open_nursery() as nursery:
+        b, b_in, _ = await start(nursery, B, limits=limits)
+        a, _, _ = await start(nursery, A, addresses={B.peer_id: b.listen_addrs()}, limits=limits)
+        async with raw_host(C) as host:
+            await connect(host, b)
+            pid = ID.from_base58(B.peer_id)
+            # the largest frame of each protocol, announced and pending: exactly the budget
+            big = await host.new_stream(pid, [BLOB])
+            await big.write(header(LIMITS.data_frame_max) + b"start")
+            small = await host.new_stream(pid, [MSG])
+            await small.write(header(LIMITS.msg_frame_max) + b"start")
+            await trio.sleep(0.3)
+            # one byte more from the same peer: refused on its header, at once
+            over = await host.new_stream(pid, [MSG])
+            await over.write(header(2) + b"hi")
+            assert await wait_reset(over, 20) < 5
+            assert b.stats.dropped["over_budget"] == 1
+            # other peers have budgets of their own
+            a.send(B.peer_id, b"x" * 100, "pbft")
+            await eventually(lambda: b_in.payloads(A.peer_id) == [b"x" * 100])
+            # the budget comes back when the pending frame ends (here: the sender gives up on it)
+            await big.reset()
+            await eventually(lambda: b.stats.dropped["truncated"] == 1)
+            again = await host.new_stream(pid, [BLOB])
+            await again.write(header(5) + b"later")
+            await eventually(lambda: b_in.payloads(C.peer_id) == [b"later"])
+        with pytest.raises(ValueError, match="inbound_bytes_per_peer_max"):
+            replace(LIMITS, inbound_bytes_per_peer_max=LIMITS.data_frame_max - 1)
         nursery.cancel_scope.cancel()
 
 
