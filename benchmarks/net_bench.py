@@ -12,7 +12,10 @@ Three measurements, each against a baseline in the same run (the machines are sh
     processes live for the whole run; a parent drives them over JSON lines on their stdin/stdout.
     Transfer time = from the sender's ``send`` call (ours) or first ``send_all`` (raw) to the first
     line of the receiver's ``on_frame`` (ours) or the end of its read loop (raw) for the full payload,
-    on the system-wide ``CLOCK_MONOTONIC`` (``time.monotonic``), which both processes share. The payload
+    on the system-wide ``CLOCK_MONOTONIC`` (``time.monotonic``), which both processes share. A third way,
+    *fetched*, is how a node gets a blob it misses (``Transport.fetch``): the receiver asks the sender for the
+    blob by digest over the fetch protocol, 1 MiB chunks with 4 requests in flight, and checks the digest;
+    timed inside the receiver from the call to the checked blob (same process pair as *ours*). The payload
     is checked afterwards (SHA-256, outside the timing). The CPU seconds of both processes per transfer
     are reported next to the wall time. Connection set-up is measured apart and left out of the transfer
     time: ours = from the sender's transport listening to the receiver being connected (dial, Noise

@@ -587,6 +587,8 @@ class Transport:
             frame = BlobRequest(digest=digest, offset=offset, length=length).encode()  # type: ignore[attr-defined]
             if not await self._write(stream, frame):
                 raise trio.BrokenResourceError("fetch request not written")
+            self._messages_out["fetch"] += 1
+            self._bytes_out["fetch"] += len(frame)
             sent.append((offset, length))
 
         await ask(0, CHUNK_BYTES)  # the first answer tells the total

@@ -180,6 +180,7 @@ async def test_blobs_are_fetched_by_digest_in_chunks_and_digest_checked() -> Non
         await eventually(lambda: a.connected() == [B.peer_id])
         assert await a.fetch(B.peer_id, sha256(blob)) == blob
         assert a.stats.messages_in["fetch"] == 4 and b.stats.messages_out["chunk"] == 4
+        assert a.stats.messages_out["fetch"] == 4  # the requests: the first, then three in one window
         assert served == [sha256(blob)]  # one lookup per blob, not per chunk
         assert await a.fetch(B.peer_id, sha256(blob)) == blob  # served again from the memo
         # a blob the server does not hold: None, no charge against it
