@@ -2,11 +2,12 @@
 
     python benchmarks/reproduce.py SEED_ID [--fast] [--out DIR] [--workers 2] [--with-r5]
 
-``SEED_ID`` is ``seed000`` (adversarial client unavailability), ``seed001`` (MimiC), ``seed002`` (Sself)
-or ``seed004`` (FedRo), or ``all``. Every run is a real simulation (elected coordinator, committee
-re-execution, pBFT, signatures, SQLite ledger verified with re-execution) on embedded data; the claims and
-tolerances are those of the spec's reproduction section (``../shared/specs/seed_00N.md``). ``--fast`` runs
-the small subset the default test run checks. Exit status 0 iff every claim holds and every ledger verifies.
+``SEED_ID`` is ``seed000`` (adversarial client unavailability), ``seed001`` (MimiC), ``seed002`` (Sself),
+``seed003`` (CMFL, committee mode) or ``seed004`` (FedRo), or ``all``. Every run is a real simulation (elected
+coordinator or CMFL committee, re-execution, pBFT, signatures, SQLite ledger verified with re-execution) on
+embedded data; the claims and tolerances are those of the spec's reproduction section
+(``../shared/specs/seed_00N.md``). ``--fast`` runs the small subset the default test run checks. Exit status 0
+iff every claim holds and every ledger verifies.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.repro._common import write_report  # noqa: E402
 
-PAPERS = ("seed000", "seed001", "seed002", "seed004")
+PAPERS = ("seed000", "seed001", "seed002", "seed003", "seed004")
 
 
 def main(argv: list[str] | None = None) -> int:

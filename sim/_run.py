@@ -113,10 +113,18 @@ def metric_columns(scenario: Scenario) -> list[str]:
 
 
 def write_results(
-    out: Path, scenario: Scenario, res: SimResult, verdict: str, verified: bool, *, shown_as: Path | None = None
+    out: Path,
+    scenario: Scenario,
+    res: SimResult,
+    verdict: str,
+    verified: bool,
+    *,
+    shown_as: Path | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary.
-    ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``."""
+    ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``;
+    ``plots=False`` leaves out ``accuracy.png`` and ``acceptance.png`` (a sweep of many runs plots its own)."""
     columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -125,7 +133,8 @@ def write_results(
             w.writerow([getattr(m, c) for c in columns])
     (out / "genesis.toml").write_text(dump_genesis(res.genesis), encoding="utf-8")
     (out / "scenario.toml").write_text(tomli_w.dumps(_scenario_toml(scenario)), encoding="utf-8")
-    _plots(out, res)
+    if plots:
+        _plots(out, res)
     summary = {
         "scenario": scenario.name,
         "seed": scenario.seed,
@@ -209,10 +218,12 @@ def run_scenario(
     progress: bool = True,
     workers: int | None = None,
     force: bool = False,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
     results folder is replaced once the new one is complete); return the summary. ``workers``: training
     processes beside the simulator (None = ``sim._workers.default_workers``); never changes results.
+    ``plots=False``: no PNG files (see :func:`write_results`).
 
     Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
     nothing behind; so does a run whose local training diverges until no block can be committed."""
@@ -254,7 +265,7 @@ def run_scenario(
             if bar is not None:
                 bar.close()
         verified, verdict = verify_ledger(build / "ledger", public=sim.public_eval)
-        return write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)))
+        return write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)), plots=plots)
 
 
 def _check_device(device: str, source: str | os.PathLike[str]) -> None:

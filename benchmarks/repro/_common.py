@@ -63,6 +63,9 @@ class Run:
     label: str
     scenario: str
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    plots: bool = True
+    """Write the run's own ``accuracy.png``/``acceptance.png`` (a sweep of many runs may skip them: with hundreds of
+    members the acceptance bar chart costs seconds per run)."""
 
     def data(self) -> dict[str, Any]:
         with open(SCENARIOS / self.scenario, "rb") as f:
@@ -101,7 +104,7 @@ def _run_one(run: Run, out: Path) -> RunResult:
     folder.parent.mkdir(parents=True, exist_ok=True)
     spec = out / "runs" / f"{run.label}.toml"
     spec.write_text(tomli_w.dumps(run.data()))
-    summary = run_scenario(spec, out=folder, progress=False)
+    summary = run_scenario(spec, out=folder, progress=False, plots=run.plots)
     with open(folder / "metrics.csv", newline="") as f:
         rows = [dict(r) for r in csv.DictReader(f)]
     store, _ = open_ledger(folder / "ledger", readonly=True, check_index=False)
