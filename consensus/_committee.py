@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger import (
+    CMFL_DISTANCE_FLOOR,
     ChainContext,
     Evidence,
     Genesis,
@@ -90,8 +91,9 @@ __all__ = [
 STRATEGIES = ("I", "II")
 SCORE_AGGREGATIONS = ("mean", "median")
 KIND_SCORES = "cmfl_scores"
-DISTANCE_FLOOR = 1e-12
-"""Smallest squared distance used in a score (seed_003 §8 item 5: identical updates)."""
+DISTANCE_FLOOR = CMFL_DISTANCE_FLOOR
+"""The floor on the distance sum before the reciprocal of eq. 8 (``ledger.CMFL_DISTANCE_FLOOR``: the one
+definition, shared with ``learning.DISTANCE_FLOOR``; why ``1e-300`` is explained there)."""
 
 
 def round_half_up(x: float) -> int:

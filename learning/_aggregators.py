@@ -211,19 +211,74 @@ def _no_weights(rule: object, weights: object) -> None:
 # Numerical kernels (float64, fixed reduction orders)
 
 
-def _gram(x: np.ndarray) -> np.ndarray:
+def _gram(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
     """``G = X Xᵀ`` in float64, accumulated over column blocks in a fixed order.
 
     Each block is converted to float64 (``float32 x float32`` products are exact in float64) and multiplied
     with ``B @ B.T``, which numpy sends to BLAS ``dsyrk``, whose result does not depend on the thread count
-    (unlike ``dgemm``; checked by the conformance tests).
+    (unlike ``dgemm``; checked by the conformance tests). ``start`` (a multiple of the block width) and ``partial``
+    (the Gram matrix of the columns before ``start``, not modified) resume the same accumulation: the result has
+    the bytes of ``_gram(x)``.
     """
     n, d = x.shape
-    g = np.zeros((n, n), dtype=np.float64)
-    for j0 in range(0, d, _GRAM_BLOCK):
+    g = np.zeros((n, n), dtype=np.float64) if partial is None else partial.copy()
+    for j0 in range(start, d, _GRAM_BLOCK):
         b = x[:, j0 : j0 + _GRAM_BLOCK].astype(np.float64)
         g += b @ b.T
     return g
+
+
+def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
+    """Gram matrix of the inputs relative to input ``m``, with ``x_m`` itself as a last row.
+
+    Returns the ``(n + 1, n + 1)`` float64 matrix ``G̃ = Ỹ Ỹᵀ`` of ``Ỹ = [x_1 − x_m; …; x_n − x_m; x_m]``. A point
+    ``z = Σ_j c_j x_j`` is ``Σ_j c_j (x_j − x_m) + (Σ_j c_j) x_m``, so with ``c̃ = (c, Σ_j c_j − 1)``,
+    ``x_i − z = ỹ_i − Σ_j c̃_j ỹ_j`` and :func:`_distances_to_combination` applies to ``G̃`` unchanged; ``c̃ = (0, …,
+    0, −1)`` gives ``‖x_i‖`` (``z = 0``). Relative to a central input the Gram identity keeps its precision when the
+    inputs share a large offset ``o``: from ``X Xᵀ``, ``‖x_i − z‖² = G_ii − 2(Gc)_i + cᵀGc`` carries an error of
+    about ``ε‖o‖²`` (inputs ``1e3 + 1e-2·N(0, 1)``: ~1e-6 of each squared distance), here of about ``ε‖x_i − x_m‖²``.
+
+    One pass over the data, as :func:`_gram`: per column block the rows are converted to float64 into one reused
+    C-contiguous buffer, ``x_m`` is subtracted in place (float64: exact for float32 inputs of similar magnitude) and
+    ``B @ B.T`` goes to ``dsyrk`` (thread-count independent).
+    """
+    n, d = x.shape
+    g = np.zeros((n + 1, n + 1), dtype=np.float64)
+    width = min(d, _GRAM_BLOCK)
+    buf = np.empty((n + 1, width), dtype=np.float64)
+    for j0 in range(0, d, _GRAM_BLOCK):
+        block = x[:, j0 : j0 + _GRAM_BLOCK]
+        b = buf if block.shape[1] == width else np.empty((n + 1, block.shape[1]), dtype=np.float64)
+        y = b[:n]
+        np.copyto(y, block)
+        b[n] = y[m]
+        np.subtract(y, b[n], out=y)
+        g += b @ b.T
+    return g
+
+
+#: Recompute the geometric median's Gram matrix relative to a central input when the inputs' median squared norm
+#: exceeds this multiple of their median pairwise squared distance (a shared offset; see :func:`_gram_about`).
+#: Below it the Gram identity's relative error stays under ~``2ε · 1e6 ≈ 2e-10``.
+_RECENTRE_RATIO = 1e6
+
+
+def _central_input(g: np.ndarray, a: np.ndarray) -> int | None:
+    """Index of the input to centre the Gram matrix on, or ``None`` when ``X Xᵀ`` is accurate enough.
+
+    The inputs need recentring when ``median_i ‖x_i‖² > _RECENTRE_RATIO · median_{i≠j} ‖x_i − x_j‖²`` (medians:
+    a minority of far outliers neither triggers nor hides it). The centre is the weighted medoid
+    ``argmin_j Σ_k a_k ‖x_j − x_k‖`` (the discrete geometric median, ties to the lowest index): a central input,
+    so a far Byzantine input cannot become the reference (centring on the mean would move it by ``f/n`` of that
+    input's distance and bring the cancellation back).
+    """
+    n = g.shape[0]
+    if n < 2:
+        return None
+    dist = _distances_from_gram(g)
+    if not np.median(np.diagonal(g)) > _RECENTRE_RATIO * np.median(dist[~np.eye(n, dtype=bool)]):
+        return None
+    return int(np.argmin(np.add.reduce(np.sqrt(dist) * a[None, :], axis=1)))
 
 
 def _sq_norms(x: np.ndarray) -> np.ndarray:
@@ -551,10 +606,18 @@ class MeaMed(_Rule):
 
         [\\mathrm{MeaMed}_f(x_1, \\dots, x_n)]_k = \\frac{1}{n - f} \\sum_{j \\in M_k} [x_j]_k
 
-    where ``M_k`` holds the ``n − f`` inputs whose k-th coordinate is closest to the coordinate's median. In
-    sorted order those values form a window ``[s, s + n − f)`` with ``0 ≤ s ≤ f``; the window minimising
-    ``max(m − v_s, v_{s+n−f−1} − m)`` is chosen, ties going to the smaller ``s`` (ByzFL breaks such ties
-    arbitrarily; exact ties have probability zero for continuous inputs).
+    where ``M_k`` holds the ``n − f`` inputs whose k-th coordinate is closest to the coordinate's median ``m``
+    (seed_004 §3 table, Xie et al. 2018; ByzFL ``Meamed``). In sorted order ``v_0 ≤ … ≤ v_{n−1}`` those values
+    form a window ``[s, s + n − f)`` with ``0 ≤ s ≤ f``: starting from ``s = 0`` the window slides right while the
+    value it would take in is *strictly* closer to the median than the one it would drop, ``v_{s+n−f} − m <
+    m − v_s`` (in float64: the median and the distances of float32 inputs are not rounded to float32, unlike
+    ByzFL's). Sliding stops at the first ``s`` where that fails, so ``M_k`` holds exactly the ``n − f`` smallest
+    distances ``|v − m|``; of two *different* values at the same distance on either side of the window the lower
+    one is kept (ByzFL's ``argpartition`` leaves that choice unspecified). Equal values are interchangeable, so
+    repeated values never change the result. (A window chosen by its largest distance, ``argmin_s max(m − v_s,
+    v_{s+n−f−1} − m)``, is not the same rule: when the lower end repeats a value, two windows share the largest
+    distance and the leftmost one may drop a strictly closer upper value -- workload A1, coordinate 725,866,
+    differed from ByzFL by 7.4e-2 that way.)
 
     Parameters
     ----------
@@ -581,14 +644,33 @@ class MeaMed(_Rule):
 
         def window_mean(s: np.ndarray) -> np.ndarray:
             med = _sorted_median(s)[:, None]
-            lo = s[:, : f + 1].astype(np.float64)
-            hi = s[:, k - 1 : n].astype(np.float64)
-            cost = np.maximum(med - lo, hi - med)
-            start = np.argmin(cost, axis=1)
+            # s < f: v_s <= m <= v_{s+k} (s < n/2 <= s + k), so "take v_{s+k}, drop v_s" holds on a prefix of s.
+            drop = med - s[:, :f].astype(np.float64)
+            take = s[:, k:n].astype(np.float64) - med
+            start = np.count_nonzero(take < drop, axis=1)
             window = np.take_along_axis(s, start[:, None] + offsets[None, :], axis=1)
             return np.add.reduce(window, axis=1, dtype=np.float64) / k
 
         return _coordinatewise(x, window_mean)
+
+
+def _weiszfeld_gram(x: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """The geometric median's Gram matrix: ``X Xᵀ``, or :func:`_gram_about` a central input for shared offsets.
+
+    Decided on the first column block (:func:`_central_input`), so inputs with an offset cost one pass, as
+    ``X Xᵀ`` does; if the whole ``X Xᵀ`` shows an offset that the first block did not, it is recomputed about the
+    medoid (a second pass, only then). Without an offset the result is ``_gram(x)``, byte for byte.
+    """
+    first = _gram(x[:, :_GRAM_BLOCK])
+    centre = _central_input(first, a)
+    if centre is None:
+        if x.shape[1] <= _GRAM_BLOCK:
+            return first
+        g = _gram(x, start=_GRAM_BLOCK, partial=first)
+        centre = _central_input(g, a)
+        if centre is None:
+            return g
+    return _gram_about(x, centre)
 
 
 @register_aggregator("geometric_median")
@@ -610,7 +692,10 @@ class GeometricMedian(_Rule):
 
     Every iterate is a combination ``z = Σ_j c_j x_j``, so the iteration runs on the coefficients ``c`` with
     distances from one Gram matrix; the data are read twice (Gram, final combination) whatever the number of
-    iterations.
+    iterations. When the inputs share an offset much larger than their spread (models rather than updates,
+    ``1e3 + 1e-2·N(0, 1)``) the Gram matrix is taken relative to the medoid input instead (:func:`_weiszfeld_gram`;
+    distances do not change under a translation), so the distances, the weights ``β_i`` and the ``ftol`` test keep
+    float64 precision instead of losing ``‖offset‖²/spread²`` of it. The final combination uses the inputs as given.
 
     Parameters
     ----------
@@ -642,17 +727,21 @@ class GeometricMedian(_Rule):
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
         a = np.full(n, 1.0 / n) if w is None else w
-        g = _gram(x)
+        g = _weiszfeld_gram(x, a)
+        coef = np.zeros(g.shape[0])  # coefficients of z over g's rows: c, then Σc − 1 for _gram_about's last row
         if self.init == "zero":
-            dist = np.sqrt(np.diagonal(g))
+            coef[n:] = -1.0  # z_0 = 0; from X Xᵀ, coef = 0 gives ‖x_i‖ directly
         else:
-            dist = _distances_to_combination(g, a)
+            coef[:n] = a
+        dist = _distances_to_combination(g, coef)[:n]
         obj = _dot(a, dist)
         c = a
+        coef[n:] = 0.0
         for _ in range(self.iterations):
             beta = a / np.maximum(self.nu, dist)
             c = beta / np.add.reduce(beta)
-            dist = _distances_to_combination(g, c)
+            coef[:n] = c
+            dist = _distances_to_combination(g, coef)[:n]
             obj_new = _dot(a, dist)
             if self.ftol > 0.0 and abs(obj - obj_new) < self.ftol * obj_new:
                 break
@@ -749,8 +838,15 @@ class Krum(_Rule):
 
     where ``N_i`` holds the nearest *other* inputs: ``n − f − 1`` of them for ``variant="byzfl"`` (ByzFL, Allouah
     et al. 2023; needs ``2f < n``) or ``n − f − 2`` for ``variant="blanchard"`` (the original paper, seed_002
-    §2.3, seed_003 §3.3; needs ``n > 2f + 2``). Ties go to the lowest index. κ = 6(1 + f/(n−2f)) (seed_004).
-    Returns a copy of the chosen input.
+    §2.3, seed_003 §3.3; needs ``n > 2f + 2``). κ = 6(1 + f/(n−2f)) (seed_004). Returns a copy of the chosen input.
+
+    Ties: ``i*`` is the **lowest index** among the inputs with the smallest score (``np.argmin``). Exact ties are
+    therefore resolved by input order -- feed the updates in a canonical order (sorted client ids) where replicas
+    must agree; a permutation of tied inputs changes the choice (e.g. the four vertices of a square all score the
+    same and input 0 is returned). Duplicated rows: the Gram matrix gives the copies the same distances to every
+    other row, bit for bit, with the OpenBLAS ``dsyrk`` this project runs (checked by
+    ``tests/learning/test_aggregators.py``), so they tie exactly and the first copy is chosen; Krum's output is the
+    same vector whichever copy it is.
 
     Parameters
     ----------
@@ -790,8 +886,11 @@ class MultiKrum(_Rule):
 
     ``q = n − f`` by default (ByzFL; seed_002 §2.3 "M = n − f"); seed_003 uses ``q = m`` (the top α %). With
     weights the average is weighted over ``Q`` (seed_003 [C] n_k-weighted; an all-zero weight on ``Q`` falls
-    back to the plain mean). Scores and neighbourhoods as in :class:`Krum`; ties by lowest index. The sum runs
-    in increasing-score order, so the result is bit-exact under permutations barring ties.
+    back to the plain mean). Scores and neighbourhoods as in :class:`Krum`. ``Q`` is the first ``q`` indices of the
+    order by ``(score, index)`` (``np.lexsort``): on exact ties, including duplicated rows, the **lowest indices**
+    are taken, which is visible with weights (duplicates with different weights) or when ``q`` cuts through a
+    group of tied distinct inputs. The sum runs in that order, so the result is bit-exact under permutations
+    barring ties.
 
     Parameters
     ----------

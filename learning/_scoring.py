@@ -29,8 +29,11 @@ Non-finite updates are rejected with :class:`~learning._errors.InvalidUpdateErro
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ledger import CMFL_DISTANCE_FLOOR
 from learning._errors import ConfigError, InvalidUpdateError
 from learning._validate import validate_update, validate_updates
 
@@ -44,8 +47,9 @@ __all__ = [
     "member_scores",
 ]
 
-#: Floor applied to distances before taking reciprocals (``P = C / max(Σ d, floor)`` stays finite).
-DISTANCE_FLOOR = 1e-300
+DISTANCE_FLOOR = CMFL_DISTANCE_FLOOR
+"""Floor on the distance sum (or median) before the reciprocal: ``P_k = C / max(Σ_c d_ck, DISTANCE_FLOOR)``; the one
+definition is ``ledger.CMFL_DISTANCE_FLOOR`` (``consensus.DISTANCE_FLOOR`` is the same object; why ``1e-300``: there)."""
 
 _BLOCK = 32768
 
@@ -123,9 +127,11 @@ def cmfl_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> n
     Parameters
     ----------
     distances:
-        ``(C, n)`` agreed distance rows (member order fixed by the caller; the sum runs over rows in that order).
+        ``(C, n)`` agreed distance rows, in any member order: each sum is ``math.fsum`` (exactly rounded), the same
+        bits as ``consensus.combine_scores(method="mean")``.
     floor:
-        Lower bound on ``Σ_c d_ck`` (identical updates give ``Σ = 0``; seed_003 §8 item 5).
+        Lower bound on ``Σ_c d_ck`` (identical updates give ``Σ = 0``; seed_003 §8 item 5); see
+        :data:`DISTANCE_FLOOR`.
 
     Returns
     -------
@@ -133,21 +139,22 @@ def cmfl_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> n
         ``(n,)`` float64 scores; higher = closer to the committee.
     """
     dist = _check_distances(distances)
-    total = np.add.reduce(dist, axis=0)
+    total = np.array([math.fsum(column) for column in dist.T.tolist()], dtype=np.float64)
     return dist.shape[0] / np.maximum(total, floor)
 
 
 def cmfl_scores_median(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
     """Median-of-distances hardening (seed_003 §2.8.6): ``P_k = 1 / max(median_c d_ck, floor)``.
 
-    With an even committee size the median is the mean of the two middle distances. A minority (< C/2) of members
+    With an even committee size the median is the mean of the two middle distances, ``a/2 + b/2`` (no overflow;
+    the same bits as ``consensus.combine_scores(method="median")``). A minority (< C/2) of members
     reporting arbitrary rows cannot move any score outside the range of the honest members' distances, unlike eq. (8)
     where one crafted reference places the centroid anywhere.
     """
     dist = _check_distances(distances)
     s = np.sort(dist, axis=0)
     c = s.shape[0]
-    med = s[c // 2] if c % 2 else (s[c // 2 - 1] + s[c // 2]) * 0.5
+    med = s[c // 2] if c % 2 else s[c // 2 - 1] / 2 + s[c // 2] / 2
     return 1.0 / np.maximum(med, floor)
 
 

@@ -59,6 +59,7 @@ from ledger._errors import (
 from ledger._merkle import inclusion_path, leaf_hash, merkle_root, verify_inclusion
 from ledger._tensors import DTYPE_BYTES, TensorEntry, decode_tensors, encode_tensors
 from ledger._types import (
+    CMFL_DISTANCE_FLOOR,
     COMMITTEE_MODE,
     COORDINATOR_MODE,
     Block,
@@ -89,6 +90,7 @@ __all__ = [
     "make_proof",
     "to_json_value",
     "verify_proof",
+    "CMFL_DISTANCE_FLOOR",
     "COMMITTEE_MODE",
     "COORDINATOR_MODE",
     "DIGEST_BYTES",

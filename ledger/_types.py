@@ -18,6 +18,7 @@ from ledger._crypto import DIGEST_BYTES, PUBLIC_KEY_BYTES, SIGNATURE_BYTES, hash
 from ledger._encoding import encode, freeze, record
 
 __all__ = [
+    "CMFL_DISTANCE_FLOOR",
     "COORDINATOR_MODE",
     "COMMITTEE_MODE",
     "MODES",
@@ -41,6 +42,18 @@ COMMITTEE_MODE = "committee"
 COORDINATOR_MODE = "coordinator"
 MODES = (COMMITTEE_MODE, COORDINATOR_MODE)
 QUORUM_RULES = ("bft", "majority")
+CMFL_DISTANCE_FLOOR = 1e-300
+"""The one floor on a CMFL score's distance sum (or median) before its reciprocal, eq. (8) of seed_003:
+``P_k = C / max(Σ_c ‖ĝ_k − ĝ_c‖², floor)``. It lives here because both layers that score need it and may not
+import each other (``consensus``, which ranks the clients written into blocks, and ``learning``'s reference
+combination); both re-export it as ``DISTANCE_FLOOR``.
+
+Why ``1e-300`` and not a "small" ``1e-12``: eq. (8) is defined for every positive sum (the paper assumes
+``ĝ_k ≠ ĝ_c``); the floor only replaces the undefined ``1/0`` of identical updates (seed_003 §8 item 5), so it
+must change no positive sum that can occur. Squared distances of float32 updates are ``0`` or
+``>= (2^-149)^2 ≈ 2e-90``, so ``1e-300`` leaves eq. (8) exact for every float32 input, while ``1e-12`` tied every
+client within ``1e-6`` of the committee (``d = 1e-14`` and ``d = 0`` both scored ``C·1e12``, and the id tie-break
+could rank the farther one first). ``C / 1e-300`` stays finite for any committee below ``1.7e8`` members."""
 
 MEMBERS_MAX = 10_000
 """Upper bound on members in a genesis (bounds every per-block list too)."""

@@ -199,6 +199,39 @@ def test_meamed_f0_is_mean() -> None:
     np.testing.assert_allclose(MeaMed(f=0)(x, rng=rng()), x.mean(axis=0), rtol=1e-13)
 
 
+def test_meamed_repeated_value_at_the_window_edge() -> None:
+    """Issue 15 item 4 (workload A1, coordinate 725,866): a repeated value at the lower edge of the window.
+
+    Column 0: sorted values -3, -3, 0, 1, 2, median 0, distances 3, 3, 0, 1, 2. The n - f = 4 closest are 0, 1, 2
+    and one -3: mean (-3 + 0 + 1 + 2)/4 = 0. A window chosen by its largest distance ties [-3, -3, 0, 1] with
+    [-3, 0, 1, 2] (both 3) and took the first, dropping 2 (distance 2 < 3): (-3 - 3 + 0 + 1)/4 = -1.25.
+    Column 1: -1, 0, 1, 2, 3, median 1: -1 and 3 are both at distance 2, a genuine tie between different values;
+    the lower one is kept: (-1 + 0 + 1 + 2)/4 = 0.5 (ByzFL's argpartition may return 1.5).
+    """
+    x = np.array([[-3.0, -1.0], [-3.0, 0.0], [0.0, 1.0], [1.0, 2.0], [2.0, 3.0]])
+    expected = [(-3.0 + 0.0 + 1.0 + 2.0) / 4, (-1.0 + 0.0 + 1.0 + 2.0) / 4]
+    for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1], [3, 1, 4, 0, 2]):
+        for dtype in (np.float32, np.float64):
+            out = MeaMed(f=1)(np.ascontiguousarray(x[order]).astype(dtype), rng=rng())
+            np.testing.assert_array_equal(out, np.array(expected, dtype=dtype))
+
+
+def test_meamed_with_many_ties_is_the_n_minus_f_closest_values() -> None:
+    """Small integers (many repeated values and equal distances), exact arithmetic: the n - f values with the
+    smallest ``(|v - median|, v)`` -- closest first, the lower value first on equal distance."""
+    g = np.random.default_rng(31)
+    for trial in range(300):
+        n = int(g.integers(2, 12))
+        f = int(g.integers(0, (n - 1) // 2 + 1))
+        x = g.integers(-3, 4, size=(n, 9)).astype(np.float64)
+        expected = []
+        for col in x.T:
+            med = float(np.median(col))
+            closest = sorted(col.tolist(), key=lambda v: (abs(v - med), v))[: n - f]
+            expected.append(sum(closest) / (n - f))
+        np.testing.assert_allclose(MeaMed(f=f)(x, rng=rng()), expected, rtol=1e-15, atol=0, err_msg=f"{trial=}")
+
+
 # --- geometric median --------------------------------------------------------------------------------------------
 
 
@@ -236,6 +269,77 @@ def test_geometric_median_minimises_the_sum_of_distances() -> None:
     for _ in range(200):
         assert objective(z + probe.standard_normal(4) * 1e-3) >= best - 1e-9
     assert best <= min(objective(p) for p in x) + 1e-12
+
+
+def ref_weiszfeld_direct(
+    x: np.ndarray, nu: float, iterations: int, init: str, ftol: float, w: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """Weiszfeld in float64 with direct distances ``‖x_i − z‖`` (no Gram matrix), ``ftol`` as RFA; ``(z, steps)``."""
+    a = np.full(len(x), 1 / len(x)) if w is None else w / w.sum()
+    z = np.zeros(x.shape[1]) if init == "zero" else (a[:, None] * x).sum(axis=0)
+    dist = np.linalg.norm(x - z, axis=1)
+    obj = float(a @ dist)
+    for step in range(1, iterations + 1):
+        beta = a / np.maximum(nu, dist)
+        z = (beta[:, None] * x).sum(axis=0) / beta.sum()
+        dist = np.linalg.norm(x - z, axis=1)
+        new = float(a @ dist)
+        if ftol > 0 and abs(obj - new) < ftol * new:
+            return z, step
+        obj = new
+    return z, iterations
+
+
+@pytest.mark.parametrize("offset", [1e3, -3e5])
+def test_geometric_median_inputs_with_a_large_shared_offset(offset: float) -> None:
+    """Issue 15 item 4: inputs ``offset + 1e-2·N(0, 1)``. From ``X Xᵀ`` the distances lost ~‖offset‖²/spread² of
+    float64's precision (about 3e-7 of the spread in the result at 1e3, and RFA's ``ftol`` test stopped after 3 steps
+    instead of 1); recomputed relative to the medoid they are as precise as direct differences."""
+    g = np.random.default_rng(41)
+    x = offset + 1e-2 * g.standard_normal((50, 10_000))
+    x[:4] += 1.0  # a few outliers, far in units of the spread
+    spread = float(np.linalg.norm(x - np.median(x, axis=0), axis=1).mean())
+    rounding = 1e-14 * abs(offset) * np.sqrt(x.shape[1])  # float64 rounding of the result itself (both sides)
+    w = g.random(50) + 0.5
+    cases = [
+        (dict(nu=1e-5, iterations=10, init="mean", ftol=1e-6), None),  # RFA (seed_002)
+        (dict(nu=1e-5, iterations=10, init="mean", ftol=1e-6), w),
+        (dict(nu=1e-5, iterations=10, init="mean", ftol=0.0), None),
+        (dict(nu=0.1, iterations=3, init="zero", ftol=0.0), None),  # ByzFL's defaults
+        (dict(nu=1e-6, iterations=60, init="mean", ftol=0.0), w),
+    ]
+    for kw, weights in cases:
+        nu, iterations, init, ftol = float(kw["nu"]), int(kw["iterations"]), str(kw["init"]), float(kw["ftol"])
+        expected, steps = ref_weiszfeld_direct(x, nu, iterations, init, ftol, weights)
+        out = GeometricMedian(nu=nu, iterations=iterations, init=init, ftol=ftol)(  # type: ignore[arg-type]
+            x, rng=rng(), weights=weights
+        )
+        assert np.linalg.norm(out - expected) <= 1e-9 * spread + rounding, kw
+        if ftol:
+            # Same stopping step as the direct reference: one step fewer or more moves z by far more than 1e-9.
+            rule = GeometricMedian(nu=nu, iterations=steps, init=init)  # type: ignore[arg-type]
+            fixed = rule(x, rng=rng(), weights=weights)
+            np.testing.assert_array_equal(out, fixed)
+
+
+def test_geometric_median_without_a_shared_offset_uses_the_plain_gram_matrix() -> None:
+    """The recentring is only for inputs whose offset dwarfs their spread: zero-mean updates (workload A1's shape)
+    and far outliers alone keep ``X Xᵀ`` (same bytes as before the recentring existed)."""
+    g = np.random.default_rng(42)
+    a = np.full(20, 1 / 20)
+    block = _aggregators._GRAM_BLOCK
+    x = g.standard_normal((20, 2 * block + 5)).astype(np.float32)
+    x[:3] *= 1e6
+    gram = _aggregators._gram(x)
+    assert _aggregators._central_input(gram, a) is None
+    assert _aggregators._weiszfeld_gram(x, a).tobytes() == gram.tobytes()  # first block, then the rest: same bytes
+    shifted = x.astype(np.float64) + 1e4
+    assert _aggregators._central_input(_aggregators._gram(shifted), a) in range(3, 20)  # a medoid, not an outlier
+    assert _aggregators._weiszfeld_gram(shifted, a).shape == (21, 21)
+    late = x.astype(np.float64)
+    late[:, block:] += 1e5  # the offset only after the first block: found on the whole X Xᵀ, then recomputed
+    assert _aggregators._central_input(_aggregators._gram(late[:, :block]), a) is None
+    assert _aggregators._weiszfeld_gram(late, a).shape == (21, 21)
 
 
 def test_geometric_median_ftol_stops_early() -> None:
@@ -303,6 +407,49 @@ def test_krum_returns_a_copy_of_an_input() -> None:
     out = Krum(f=2)(x, rng=rng())
     assert any(np.array_equal(out, row) for row in x)
     assert not np.shares_memory(out, x)
+
+
+def test_krum_and_multi_krum_ties_go_to_the_lowest_index() -> None:
+    """Exact ties (integer coordinates: exact Gram arithmetic). Square vertices, f = 1, n - f - 1 = 2 neighbours:
+    every vertex scores 2 + 2 = 4, so Krum returns input 0 and Multi-Krum(q=2) averages inputs 0 and 1; reversing
+    the input order reverses the choice (a symmetric function except on exact ties)."""
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+    np.testing.assert_array_equal(_aggregators._krum_scores(pairwise_sq_distances(x), 2), [4.0, 4.0, 4.0, 4.0])
+    np.testing.assert_array_equal(Krum(f=1)(x, rng=rng()), [1.0, 0.0])
+    np.testing.assert_array_equal(Krum(f=1)(x[::-1].copy(), rng=rng()), [0.0, -1.0])
+    np.testing.assert_array_equal(MultiKrum(f=1, q=2)(x, rng=rng()), [0.5, 0.5])
+    np.testing.assert_array_equal(MultiKrum(f=1, q=2)(x[::-1].copy(), rng=rng()), [-0.5, -0.5])
+
+
+def test_krum_and_multi_krum_ties_between_duplicated_rows() -> None:
+    """1-D points 0, 10, 0, 1, 2 (rows 0 and 2 equal), f = 1, 3 neighbours. Scores by hand:
+    row 0: 0 + 1 + 4 = 5, row 1: 64 + 81 + 100 = 245, row 2: 5, row 3: 1 + 1 + 1 = 3, row 4: 1 + 4 + 4 = 9.
+    Multi-Krum(q=2) takes rows 3 and 0 (not 2): with weights 1, 1, 3, 1, 1 the weighted mean is
+    (1·1 + 1·0)/2 = 0.5 (row 2 would give (1·1 + 3·0)/4 = 0.25)."""
+    x = np.array([[0.0], [10.0], [0.0], [1.0], [2.0]])
+    np.testing.assert_array_equal(_aggregators._krum_scores(pairwise_sq_distances(x), 3), [5.0, 245.0, 5.0, 3.0, 9.0])
+    w = np.array([1.0, 1.0, 3.0, 1.0, 1.0])
+    assert MultiKrum(f=1, q=2)(x, rng=rng(), weights=w)[0] == 0.5
+    assert MultiKrum(f=1, q=3)(x, rng=rng(), weights=w)[0] == (1.0 + 0.0 + 0.0) / 5  # rows 3, 0, 2
+    # Duplicates as the Krum choice: rows 1 and 2 tie at the minimum (0 + 1 + 1 = 2); row 1 is chosen.
+    y = np.array([[3.0], [0.0], [0.0], [1.0], [-1.0]])
+    np.testing.assert_array_equal(_aggregators._krum_scores(pairwise_sq_distances(y), 3), [22.0, 2.0, 2.0, 6.0, 6.0])
+    assert MultiKrum(f=1, q=1)(y, rng=rng(), weights=np.array([1.0, 2.0, 5.0, 1.0, 1.0]))[0] == 0.0
+    # Rows 3 and 4 (1 and -1) tie exactly at 6 and are different: q = 3 takes row 3.
+    assert MultiKrum(f=1, q=3)(y, rng=rng())[0] == (0.0 + 0.0 + 1.0) / 3
+
+
+def test_duplicated_rows_get_bit_identical_krum_scores() -> None:
+    """Random float32 rows with one row repeated: the Gram matrix gives both copies the same distances to every
+    other row, bit for bit, so the tie between them is exact and broken by index (the output is the same row)."""
+    g = np.random.default_rng(43)
+    for n, d, i, j in [(12, 50_001, 3, 7), (30, 20_000, 0, 29), (9, 3, 8, 2)]:
+        x = g.standard_normal((n, d)).astype(np.float32)
+        x[j] = x[i]
+        scores = _aggregators._krum_scores(pairwise_sq_distances(x), n - 2 - 1)
+        assert scores[i] == scores[j]
+        order = np.lexsort((np.arange(n), scores))
+        assert list(order).index(min(i, j)) == list(order).index(max(i, j)) - 1
 
 
 def test_krum_blanchard_needs_n_above_2f_plus_2() -> None:
