@@ -109,6 +109,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         byzantine = cfg.data.member in byzantine_indices(world.scenario, genesis)
         trainer = MemberTrainer(world, cfg.data.member, byzantine=byzantine)
         adversary = network_adversary(world, genesis, key)
+        public = world.public_eval()
     except ValueError as e:
         raise ConfigFileError(f"{scenario_path}: {e}") from None
 
@@ -130,7 +131,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
     try:
         runtime = NodeRuntime(genesis=genesis, key=key, data_dir=cfg.data_dir, initial_model=world.theta0,
-                              trainer=trainer, options=options, log=log, adversary=adversary)
+                              trainer=trainer, options=options, log=log, adversary=adversary, public=public)
     except DurableStateError as e:
         raise ConfigFileError(f"{cfg.data_dir}: {e}") from None
     signum = trio.run(run_node, runtime)

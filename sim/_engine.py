@@ -237,14 +237,7 @@ class Simulation:
         self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round) for target, f in self._faults])
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = world.strategy
-        self.public_eval = None
-        if self.strategy is not None and self.strategy.needs_public:
-            if self.public_data is None:
-                raise ValueError(f"strategy {p.algorithm!r} scores models on a public split: set data.public_size > 0")
-            from learning._public import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
-
-            impl = getattr(self.strategy, "entropy_impl", "exact")
-            self.public_eval = PublicScorer.from_trainer(self.trainer, self.public_data, entropy_impl=impl)
+        self.public_eval = world.public_eval()
         self.availability = None
         if scenario.adversary.availability:
             actx = AvailabilityContext(

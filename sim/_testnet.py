@@ -369,9 +369,10 @@ class LocalTestnet:
             accuracy_plot(out / "accuracy.png", [(m["fl_round"], m["accuracy"]) for m in self.metrics],
                           f"testnet {self.sc.name} ({self.sc.members} node processes, {self.sc.protocol.mode} mode)")
         ledgers = []
+        public = self.world.public_eval()  # the evaluator re-execution needs for a strategy that scores on a public split
         for w in self.nodes:
             path = w.files.dir / "data" / "ledger"
-            ok, verdict = verify_ledger(path) if (path / "chain.sqlite").exists() else (False, "no ledger")
+            ok, verdict = verify_ledger(path, public=public) if (path / "chain.sqlite").exists() else (False, "no ledger")
             ledgers.append({"node": w.files.index, "peer": w.files.peer_id, "ledger": str(path), "verified": ok,
                             "verdict": verdict, "height": w.height, "exit_code": w.proc.returncode,
                             "errors": w.errors[:5]})

@@ -163,6 +163,20 @@ class World:
             raise ValueError(f"{len(public_keys)} keys for {len(self.client_data)} members")
         return _genesis(self.scenario, list(public_keys), [len(d) for d in self.client_data], self.theta0, addrs)
 
+    def public_eval(self) -> Any:
+        """The public-split evaluator the strategy scores models with (Sself, FedAsync's entropy filter), or None
+        when it needs none. Every node of a chain builds the same one from the scenario: the split and the
+        trainer are part of the world (the simulator's nodes share one; a testnet's processes build it each)."""
+        if self.strategy is None or not self.strategy.needs_public:
+            return None
+        if self.public_data is None:
+            raise ValueError(f"strategy {self.scenario.protocol.algorithm!r} scores models on a public split: "
+                             "set data.public_size > 0")
+        from learning._public import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
+
+        impl = getattr(self.strategy, "entropy_impl", "exact")
+        return PublicScorer.from_trainer(self.trainer, self.public_data, entropy_impl=impl)
+
     def index_of(self, peer: str) -> int:
         for i, k in enumerate(self.keys):
             if k.peer_id == peer:

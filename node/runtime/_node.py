@@ -47,6 +47,7 @@ from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_le
 from ledger.store import StoreError
 from learning._blobs import blob_to_vector, vector_to_blob
 from learning._errors import LearningError
+from learning._strategies import PublicEval
 from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
 from node.adversary import NodeAdversary
@@ -153,7 +154,7 @@ class StoredChain:
     """The staleness window of a semi-synchronous strategy, as the live node had it (None: none is kept)."""
 
 
-def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> StoredChain:
+def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, public: PublicEval | None = None) -> StoredChain:
     """Open (or create) the node's ledger in ``data_dir`` and replay it to its head.
 
     For a semi-synchronous strategy (FedAsync, Sself: ``max_staleness`` > 0) the replay also rebuilds the
@@ -176,7 +177,7 @@ def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray) -> S
     ctx = ChainContext(genesis)
     state = genesis_state(ctx)
     try:
-        rules: RoundRules | None = RoundRules(genesis, ctx=ctx)
+        rules: RoundRules | None = RoundRules(genesis, ctx=ctx, public=public)
     except LearningError:  # a strategy this host cannot run (the core says why when it is built)
         rules = None
     history = rules.new_history() if rules is not None and rules.staleness > 0 else None
@@ -216,8 +217,10 @@ class NodeRuntime:
         log: EventLog | None = None,
         core_factory: Callable[..., NodeCore] = NodeCore,
         adversary: NodeAdversary | None = None,
+        public: PublicEval | None = None,
     ) -> None:
-        """``adversary``: the scenario's faults as they apply to this node (``node.adversary``), or None."""
+        """``adversary``: the scenario's faults as they apply to this node (``node.adversary``), or None.
+        ``public``: the public-split evaluator of a strategy that scores models on one (Sself), or None."""
         if key.peer_id not in genesis.member_ids:
             raise ValueError(f"key {key.peer_id} is not a member of chain {genesis.chain_id}")
         self.genesis = genesis
@@ -229,7 +232,7 @@ class NodeRuntime:
         self.log = log if log is not None else EventLog(fmt=options.log_format)
         self._trainer = trainer
         self._tick_ms = genesis.protocol.timeouts.tick_ms
-        chain = load_chain(genesis, self.data_dir, initial_model)
+        chain = load_chain(genesis, self.data_dir, initial_model, public=public)
         self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
         self._votes = VoteLog(self.data_dir / VOTE_LOG)
         restore = self._votes.load()
@@ -247,6 +250,7 @@ class NodeRuntime:
             replica_restore=restore,
             model_missing=awaiting,
             behavior=adversary,
+            public=public,
             **({"history": chain.history} if chain.history is not None else {}),
         )
         self.adversary = adversary

@@ -67,3 +67,27 @@ def test_same_accepted_sets_and_models_as_the_simulator(testnet_run: tuple[Path,
     assert len(want) == ROUNDS
     for i in range(4):
         assert _chain(out / "nodes" / f"node-{i}" / "data" / "ledger") == want
+
+
+@pytest.mark.slow
+def test_sself_scores_on_the_public_split_in_every_process_as_the_simulator_does(tmp_path: Path) -> None:
+    """A strategy that scores models on a public split (Sself) over 4 processes: each node builds the split from
+    the scenario; the accepted sets and models are the simulator's, and every ledger re-executes (the auditor
+    rebuilds the same split). About 30 s: slow-marked."""
+    scenario = Path(__file__).parent / "scenarios" / "net_sself.toml"
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "concilium", "testnet", "local", "--scenario", str(scenario), "--out", str(out),
+         "--quiet", "--timeout", "240"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["all_verified"] and all("rounds re-executed" in led["verdict"] for led in summary["ledgers"])
+    sim = Simulation(load_scenario(scenario), ledger_dir=tmp_path / "sim", workers=0)
+    assert sim.public_eval is not None
+    sim.run()
+    want = _chain(tmp_path / "sim")
+    assert len(want) == 3
+    for i in range(4):
+        assert _chain(out / "nodes" / f"node-{i}" / "data" / "ledger") == want
