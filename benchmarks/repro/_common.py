@@ -35,12 +35,15 @@ if str(ROOT) not in sys.path:
 
 __all__ = [
     "Claim",
+    "Discrepancy",
+    "PaperResult",
     "Report",
     "Run",
     "RunResult",
     "deep_merge",
     "last_mean",
     "run_all",
+    "write_combined_report",
     "write_report",
 ]
 
@@ -170,6 +173,24 @@ class Claim:
     passed: bool
 
 
+@dataclass(frozen=True)
+class Discrepancy:
+    """A place where the paper does not hold (a discrepancy its spec lists), measured through our stack.
+
+    ``paper`` is what the paper states or does; ``measured`` our numbers (never copied from the spec);
+    ``explanation`` one paragraph. ``confirmed``: ``True`` if our measurement shows the discrepancy (the paper's
+    statement does not hold here), ``False`` if we measured it and the paper's statement holds after all, ``None``
+    if it was not measured in this run (``measured`` then says "not measured: why"). Discrepancies are findings,
+    not claims: they do not enter :attr:`Report.ok`.
+    """
+
+    name: str
+    paper: str
+    measured: str
+    explanation: str
+    confirmed: bool | None
+
+
 @dataclass
 class Report:
     """A paper's reproduction: claims, tables (markdown), plots (PNG files in the report folder)."""
@@ -181,6 +202,8 @@ class Report:
     plots: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     runs: dict[str, RunResult] = field(default_factory=dict)
+    discrepancies: list[Discrepancy] = field(default_factory=list)
+    """Where the paper does not hold (spec discrepancies measured by this run); reported, not gated."""
 
     @property
     def ok(self) -> bool:
@@ -188,6 +211,13 @@ class Report:
 
     def check(self, name: str, statement: str, measured: str, passed: bool) -> None:
         self.claims.append(Claim(name, statement, measured, bool(passed)))
+
+    def claim(self, name: str) -> Claim | None:
+        """The claim called ``name``, if this run checked it."""
+        return next((c for c in self.claims if c.name == name), None)
+
+    def discrepancy(self, name: str, paper: str, measured: str, explanation: str, confirmed: bool | None) -> None:
+        self.discrepancies.append(Discrepancy(name, paper, measured, explanation, confirmed))
 
 
 def plot_curves(
@@ -244,6 +274,8 @@ def write_report(out: Path, report: Report) -> Path:
         lines += [t, ""]
     for p in report.plots:
         lines += [f"![{p.stem}]({p.name})", ""]
+    if report.discrepancies:
+        lines += ["## Where the paper does not hold", ""] + _discrepancy_lines(report.discrepancies)
     if report.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
     lines += ["## Runs", "", markdown_table(["run", "rounds", "final accuracy", "ledger verified", "wall s", "results"],
@@ -254,6 +286,111 @@ def write_report(out: Path, report: Report) -> Path:
     (out / "report.json").write_text(json.dumps({
         "seed_id": report.seed_id, "ok": report.ok,
         "claims": [c.__dict__ for c in report.claims],
+        "discrepancies": [d.__dict__ for d in report.discrepancies],
         "runs": {k: {"verified": r.verified, "final_accuracy": _final(r), "wall_s": r.wall_s} for k, r in report.runs.items()},
     }, indent=2))
     return path
+
+
+def _verdict(confirmed: bool | None) -> str:
+    return {True: "confirmed: the paper does not hold here", False: "not confirmed: the paper's statement holds here",
+            None: "not measured in this run"}[confirmed]
+
+
+def _discrepancy_lines(ds: Sequence[Discrepancy], level: str = "###") -> list[str]:
+    lines: list[str] = []
+    for d in ds:
+        lines += [f"{level} {d.name} ({_verdict(d.confirmed)})", "", f"- **Paper:** {d.paper}",
+                  f"- **Measured (our stack):** {d.measured}", "", d.explanation, ""]
+    return lines
+
+
+@dataclass
+class PaperResult:
+    """One paper's part of a combined report: its :class:`Report` and folder, or the error that stopped it."""
+
+    seed_id: str
+    out: Path
+    report: Report | None = None
+    error: str = ""
+    wall_s: float = math.nan
+
+    @property
+    def ok(self) -> bool:
+        return self.report is not None and not self.error and self.report.ok
+
+
+def write_combined_report(root: Path, papers: Sequence[PaperResult], *, fast: bool) -> Path:
+    """One markdown file for several papers (``benchmarks/reproduce.py all``), built from their :class:`Report` s.
+
+    ``root/REPORT.md`` (``root/REPORT-fast.md`` for the fast subsets, so a fast run never overwrites a full one):
+    a summary table, then per paper its claims table (claim, threshold as stated, measured, result) and its plots
+    (links relative to ``root``, into the paper's own folder), then "Where the paper does not hold": every
+    :class:`Discrepancy` the papers measured, with our numbers. Also ``root/report[-fast].json``.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    kind = "fast subsets" if fast else "full runs"
+    ok = all(p.ok for p in papers)
+    lines = [f"# Paper reproductions ({kind})", "",
+             f"**Verdict: {'PASS' if ok else 'FAIL'}** ({sum(p.ok for p in papers)}/{len(papers)} papers pass). "
+             "Every measured number below comes from this run of `benchmarks/reproduce.py` through the simulator (or, "
+             "where stated, from the project's own code); only the lines marked **Paper** quote the paper. Each "
+             "paper's own report, with its tables, notes and runs, is linked.", "",
+             markdown_table(["paper", "verdict", "claims", "ledgers verified", "discrepancies measured", "wall s",
+                             "report"],
+                            [_summary_row(root, p) for p in papers]), ""]
+    for p in papers:
+        lines += [f"## {p.seed_id}: {p.report.title if p.report else '(no report)'}", ""]
+        if p.report is None:
+            lines += [f"**The runner failed:** {p.error}", ""]
+            continue
+        r = p.report
+        rows = [(c.name, _cell_text(c.statement), _cell_text(c.measured), "pass" if c.passed else "FAIL")
+                for c in r.claims]
+        lines += [markdown_table(["claim", "threshold (as stated)", "measured", "result"], rows), ""]
+        if r.plots:
+            lines += ["Plots: " + ", ".join(f"[{q.stem}]({_rel(q, root)})" for q in r.plots), ""]
+            lines += [f"![{p.seed_id} {q.stem}]({_rel(q, root)})" for q in r.plots] + [""]
+    lines += ["## Where the paper does not hold", "",
+              "The discrepancies the specs list, each measured by this run through our stack (confirmed = our "
+              "numbers show the paper's statement or procedure does not hold as printed).", ""]
+    for p in papers:
+        lines += [f"### {p.seed_id}", ""]
+        if p.report is None:
+            lines += [f"not measured: the runner failed ({p.error})", ""]
+        elif not p.report.discrepancies:
+            lines += ["not measured: this runner records no discrepancy.", ""]
+        else:
+            lines += _discrepancy_lines(p.report.discrepancies, level="####")
+    suffix = "-fast" if fast else ""
+    path = root / f"REPORT{suffix}.md"
+    path.write_text("\n".join(lines))
+    (root / f"report{suffix}.json").write_text(json.dumps({
+        "fast": fast, "ok": ok,
+        "papers": {p.seed_id: {
+            "ok": p.ok, "error": p.error, "wall_s": p.wall_s, "folder": _rel(p.out, root),
+            "claims": [c.__dict__ for c in p.report.claims] if p.report else [],
+            "discrepancies": [d.__dict__ for d in p.report.discrepancies] if p.report else [],
+        } for p in papers},
+    }, indent=2))
+    return path
+
+
+def _rel(path: Path, root: Path) -> str:
+    return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def _cell_text(s: str) -> str:
+    """A claim's text inside a table cell (pipes escaped, newlines flattened)."""
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def _summary_row(root: Path, p: PaperResult) -> tuple[Any, ...]:
+    if p.report is None:
+        return (p.seed_id, "ERROR", "-", "-", "-", f"{p.wall_s:.0f}", _cell_text(p.error[:80]))
+    r = p.report
+    ds = r.discrepancies
+    return (p.seed_id, "PASS" if r.ok else "FAIL", f"{sum(c.passed for c in r.claims)}/{len(r.claims)}",
+            f"{sum(x.verified for x in r.runs.values())}/{len(r.runs)}",
+            f"{sum(d.confirmed is not None for d in ds)}/{len(ds)}", f"{p.wall_s:.0f}",
+            f"[{_rel(p.out / 'REPORT.md', root)}]({_rel(p.out / 'REPORT.md', root)})")

@@ -38,6 +38,7 @@ __all__ = [
     "Cell",
     "Measured",
     "crafted_reference_check",
+    "discrepancy_steering",
     "measure",
     "plan",
     "reproduce",
@@ -430,8 +431,38 @@ def reproduce(out: Path, *, fast: bool, workers: int = 2) -> Report:
         liar_rows = _check_liars(report, get)
         _tables(report, get, liar_rows)
         _plots(report, get, out)
+    discrepancy_steering(report)
     report.notes += _notes(rounds, fast)
     return report
+
+
+def discrepancy_steering(report: Report) -> None:
+    """Spec §2.8.6 / §7.8 item 16: the paper says the result "depends on the majority of the committee members";
+    eq. 8's mean-distance score lets a minority steer it. Reuses this run's S1 (deterministic, both subsets) and S2
+    (simulator, full run only) claims: their numbers are the measurement."""
+    s1, s2 = report.claim("S1"), report.claim("S2")
+    if s1 is None:
+        report.discrepancy("steerable mean-distance score (spec §2.8.6)", "majority of the committee decides",
+                           "not measured: this run did not check S1", "", None)
+        return
+    measured = f"S1 (one round of the committee's own scoring functions, C = 12): {s1.measured}"
+    measured += (f"; S2 (simulator, E2 bg10 with {LIARS} lying committee members): {s2.measured}" if s2 is not None else
+                 "; S2 (simulator, lying committee members): not measured in the fast subset (the liar runs are "
+                 "part of the full run)")
+    report.discrepancy(
+        "steerable mean-distance score (spec §2.8.6)",
+        "the accepted set and the next committee \"depend on the majority of the committee members\", with the score "
+        "of eq. 8, the inverse of the mean of the committee's distances to an update",
+        measured,
+        "Eq. 8 ranks an update by its mean distance to the committee's references, i.e. by its distance to their "
+        "centroid, so one colluding member (j = 1 of C = 12) whose reference or reported distances are chosen to "
+        "move the centroid onto a malicious update makes that update rank first: a minority, not the majority, "
+        "decides. Scoring by the median of the members' distances removes that lever for any j < C/2 (S1, "
+        "deterministic); through the simulator, lying committee members get Byzantine updates accepted under the mean "
+        "score and not under the median (S2, full run). The committee-mode protocol offers the median score "
+        "(`score_aggregation = \"median\"`).",
+        s1.passed and (s2 is None or s2.passed),
+    )
 
 
 def _tables(report: Report, get: Getter, liar_rows: list[tuple[Any, ...]]) -> None:
