@@ -269,8 +269,8 @@ class NodeCore:
         block's time either way).
     history:
         The recent rounds of ``state``'s chain (a semi-synchronous strategy's staleness window), rebuilt by
-        a host that resumes a stored chain (:func:`node._rounds.replay_history`); default: empty, right at
-        the genesis.
+        a host that resumes a stored chain (``node.runtime._node.load_chain``); default: empty, right at the
+        genesis.
     """
 
     def __init__(

@@ -25,7 +25,7 @@ from learning._data import Dataset, dataset_spec, with_public
 from learning._models import model_spec
 from learning._partition import PARTITIONS, partition_dataset, partition_spec
 from learning._schedules import SCHEDULES, schedule_spec
-from learning._strategies import ClientJob, LocalOutcome, Strategy, strategy_from_params
+from learning._strategies import ClientJob, LocalOutcome, PublicEval, Strategy, strategy_from_params
 from learning._training import LocalTrainer, LocalTrainingConfig
 from sim._rng import RngTree
 from sim._scenario import DataSection, Scenario
@@ -163,7 +163,7 @@ class World:
             raise ValueError(f"{len(public_keys)} keys for {len(self.client_data)} members")
         return _genesis(self.scenario, list(public_keys), [len(d) for d in self.client_data], self.theta0, addrs)
 
-    def public_eval(self) -> Any:
+    def public_eval(self) -> PublicEval | None:
         """The public-split evaluator the strategy scores models with (Sself, FedAsync's entropy filter), or None
         when it needs none. Every node of a chain builds the same one from the scenario: the split and the
         trainer are part of the world (the simulator's nodes share one; a testnet's processes build it each)."""

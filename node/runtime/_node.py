@@ -251,7 +251,7 @@ class NodeRuntime:
             model_missing=awaiting,
             behavior=adversary,
             public=public,
-            **({"history": chain.history} if chain.history is not None else {}),
+            history=chain.history,
         )
         self.adversary = adversary
         if adversary is not None:
@@ -359,7 +359,8 @@ class NodeRuntime:
         if self.adversary is not None and self.adversary.outgoing(peer, data) is None:
             return  # a node that the scenario cuts off asks nobody
         digests = [d for d in Envelope.decode(data).want or () if d not in self._fetching]  # type: ignore[attr-defined]
-        if digests and self._nursery is not None:
+        if digests:
+            assert self._nursery is not None  # the caller checked
             self._fetching.update(digests)
             self._nursery.start_soon(self._fetch, peer, digests)
 

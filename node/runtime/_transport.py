@@ -446,14 +446,7 @@ class Transport:
         while True:
             try:
                 try:
-                    data = await read_frame(
-                        stream,
-                        frame_max=channel.frame_max,
-                        header_timeout_s=limits.header_timeout_s,
-                        read_base_s=limits.read_base_s,
-                        read_bytes_per_s_min=limits.read_bytes_per_s_min,
-                        admit=admit,
-                    )
+                    data = await self._read(stream, channel.frame_max, admit=admit)
                 except FrameError as bad:
                     self._log.warning("bad %s frame from %s: %s", channel.name, _short(peer.id), bad)
                     self._bad_frame(peer, bad.reason)
@@ -480,16 +473,9 @@ class Transport:
 
     async def _serve_fetch(self, peer: _Peer, stream: INetStream) -> None:
         """Answer the :class:`BlobRequest` frames of one fetch stream, in order, until the asker closes it."""
-        limits = self.limits
         while True:
             try:
-                data = await read_frame(
-                    stream,
-                    frame_max=REQUEST_FRAME_MAX,
-                    header_timeout_s=limits.header_timeout_s,
-                    read_base_s=limits.read_base_s,
-                    read_bytes_per_s_min=limits.read_bytes_per_s_min,
-                )
+                data = await self._read(stream, REQUEST_FRAME_MAX)
                 if data is None:
                     await self._close(stream)
                     return
@@ -507,7 +493,7 @@ class Transport:
                 await self._reset(stream)
                 return
             blob = self._servable(request.digest)
-            if blob is None or request.offset >= len(blob) > 0:
+            if blob is None or request.offset >= len(blob):  # (a served blob is never empty)
                 chunk = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"")
             else:
                 end = min(len(blob), request.offset + request.length)
@@ -581,7 +567,6 @@ class Transport:
         sent: deque[tuple[int, int]] = deque()  # (offset, length) of the requests in flight, in order
         total: int | None = None
         buf = bytearray()
-        next_offset = 0
 
         async def ask(offset: int, length: int) -> None:
             frame = BlobRequest(digest=digest, offset=offset, length=length).encode()  # type: ignore[attr-defined]
@@ -594,13 +579,8 @@ class Transport:
         await ask(0, CHUNK_BYTES)  # the first answer tells the total
         next_offset = CHUNK_BYTES
         while sent:
-            data = await read_frame(
-                stream,
-                frame_max=RESPONSE_FRAME_MAX,
-                header_timeout_s=limits.read_base_s + RESPONSE_FRAME_MAX / limits.read_bytes_per_s_min,
-                read_base_s=limits.read_base_s,
-                read_bytes_per_s_min=limits.read_bytes_per_s_min,
-            )
+            data = await self._read(stream, RESPONSE_FRAME_MAX,  # the answer is due at once: no idle allowance
+                                    header_timeout_s=limits.read_base_s + RESPONSE_FRAME_MAX / limits.read_bytes_per_s_min)
             if data is None:
                 raise FrameError("truncated", "the server closed the fetch stream early")
             try:
@@ -630,6 +610,19 @@ class Transport:
         if sha256(buf) != digest:
             raise FrameError("malformed", "the fetched blob does not match its digest")
         return bytes(buf)
+
+    async def _read(self, stream: INetStream, frame_max: int, *, header_timeout_s: float | None = None,
+                    admit: Callable[[int], bool] | None = None) -> bytes | None:
+        """:func:`read_frame` under this transport's deadlines (the idle timeout unless ``header_timeout_s``)."""
+        limits = self.limits
+        return await read_frame(
+            stream,
+            frame_max=frame_max,
+            header_timeout_s=limits.header_timeout_s if header_timeout_s is None else header_timeout_s,
+            read_base_s=limits.read_base_s,
+            read_bytes_per_s_min=limits.read_bytes_per_s_min,
+            admit=admit,
+        )
 
     def _bad_frame(self, peer: _Peer, reason: str) -> None:
         self._dropped[reason] += 1
