@@ -47,16 +47,19 @@ from benchmarks.repro._common import (
 )
 
 __all__ = [
+    "B4_METHODS",
     "METHODS",
     "SCHEMES",
     "Scheme",
     "Stats",
+    "check_b4",
     "discrepancy_halfnormal",
     "final_model",
     "halfnormal_runs",
     "halfnormal_schedules",
     "plan",
     "reproduce",
+    "run_for",
     "summary",
 ]
 
@@ -137,6 +140,11 @@ def _run(scheme: str, method: str, seed: int, rounds: int) -> Run:
     budget = rounds // UPLOADS_PER_ROUND.get(method, 1)  # SCAFFOLD: T uploads = T/2 rounds (§6.3 A6)
     over["rounds"] = budget
     return Run(_label(scheme, method, seed), s.scenario, over)
+
+
+def run_for(scheme: str, method: str, seed: int, rounds: int = ROUNDS) -> Run:
+    """The run of ``method`` in ``scheme`` with ``seed`` (T = ``rounds`` uploads; SCAFFOLD runs half the rounds)."""
+    return _run(scheme, method, seed, rounds)
 
 
 def plan(*, fast: bool) -> list[Run]:
@@ -338,13 +346,7 @@ def _b_claims(report: Report, results: Mapping[str, RunResult], seeds: Sequence[
     report.check("B3c", "S5: |acc(MimiC) - acc(MIFA)| <= 3 pp", f"|{_pp(m)} - {_pp(f)}| = {abs(m - f):.2f} pp",
                  abs(m - f) <= 3.0)
     # B4 (S3, S4: symmetric dropout, FedAvg unbiased; last10 and osc)
-    for sc in ("S3", "S4"):
-        _check_gap(report, f"B4a-{sc}", f"{sc}: last10(MimiC) >= last10(FedAvg) - 1.0 pp",
-                   acc(sc, "MimiC", "last10"), acc(sc, "FedAvg", "last10"), -1.0)
-        _check_osc(report, f"B4b-{sc}", f"{sc}: osc(MimiC) <= 0.5 osc(FedAvg)", st(sc, "MimiC").osc,
-                   st(sc, "FedAvg").osc, 0.5)
-        _check_gap(report, f"B4c-{sc}", f"{sc}: last10(MimiC) >= last10(MIFA) - 1.5 pp",
-                   acc(sc, "MimiC", "last10"), acc(sc, "MIFA", "last10"), -1.5)
+    check_b4(report, results, seeds, ("S3", "S4"))
     # B5 (S1', larger tau_max)
     for sc, tau in (("S1_50", 50), ("S1_100", 100)):
         _check_gap(report, f"B5a-{tau}", f"S1' tau_max = {tau}: acc(MimiC) >= acc(FedAvg)",
@@ -367,6 +369,31 @@ def _b_claims(report: Report, results: Mapping[str, RunResult], seeds: Sequence[
     for sc in ("S1", "S2"):
         _check_gap(report, f"B7-{sc}", f"{sc}: acc(MimiC) >= acc(FedAvg, full participation, same seeds) - 1.5 pp",
                    acc(sc, "MimiC"), ("S0 FedAvg", full), -1.5)
+
+
+B4_METHODS = ("FedAvg", "MIFA", "MimiC")
+"""The runs B4 compares (per scheme)."""
+
+
+def check_b4(report: Report, results: Mapping[str, RunResult], seeds: Sequence[int], schemes: Sequence[str]) -> None:
+    """§6.3 B4 (symmetric dropout, FedAvg unbiased: last10 and osc) for each of ``schemes`` (S3, S4), on the means
+    over ``seeds``. Needs the :data:`B4_METHODS` runs of those schemes only."""
+
+    def st(scheme: str, method: str) -> Stats:
+        s = summary(results, scheme, method, seeds)
+        assert s is not None, (scheme, method)
+        return s
+
+    def acc(scheme: str, method: str, metric: str) -> tuple[str, float]:
+        return method, getattr(st(scheme, method), metric)
+
+    for sc in schemes:
+        _check_gap(report, f"B4a-{sc}", f"{sc}: last10(MimiC) >= last10(FedAvg) - 1.0 pp",
+                   acc(sc, "MimiC", "last10"), acc(sc, "FedAvg", "last10"), -1.0)
+        _check_osc(report, f"B4b-{sc}", f"{sc}: osc(MimiC) <= 0.5 osc(FedAvg)", st(sc, "MimiC").osc,
+                   st(sc, "FedAvg").osc, 0.5)
+        _check_gap(report, f"B4c-{sc}", f"{sc}: last10(MimiC) >= last10(MIFA) - 1.5 pp",
+                   acc(sc, "MimiC", "last10"), acc(sc, "MIFA", "last10"), -1.5)
 
 
 # --- discrepancy: the released code's scheme-1 periods (spec §3, §7 item 9) -------------------------------------
