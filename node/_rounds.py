@@ -19,6 +19,7 @@ implementation, so a proposal the committee accepted always re-executes in the a
 from __future__ import annotations
 
 import struct
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,9 @@ def seeded_sampling_hash(sampling_seed: int) -> bytes:
     return hash_tagged(b"concilium-seeded-sampling/v1", struct.pack(">Q", sampling_seed))
 
 
+_PLANS_KEPT = 8
+
+
 def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:
     """The aggregation rng of a round: derived from the previous block, identical at every validator."""
     seed = hash_tagged(b"concilium-round-rng/v1", prev_hash + struct.pack(">Q", height))
@@ -132,6 +136,12 @@ class RoundPlan:
     """Peers that submit updates: ``S_b^t`` (committee mode) or the sampled clients (coordinator mode)."""
     references: tuple[str, ...]
     """Committee mode: members that train a reference update for scoring (= ``committee``); else empty."""
+    participants: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Everyone with a role at this height: committee, trainers and references."""
+
+    def __post_init__(self) -> None:
+        roles = frozenset(self.committee) | frozenset(self.trainers) | frozenset(self.references)
+        object.__setattr__(self, "participants", roles)
 
 
 @dataclass(slots=True)
@@ -179,9 +189,13 @@ class RoundRules:
     def __init__(self, genesis: Genesis, *, ctx: ChainContext | None = None, public: PublicEval | None = None) -> None:
         self.genesis = genesis
         self.ctx = ctx if ctx is not None else ChainContext(genesis)
-        if self.ctx.genesis_hash != genesis.hash():
+        if self.ctx.genesis is not genesis and self.ctx.genesis_hash != genesis.hash():
             raise ValueError("ctx is for another genesis")
         self.members = genesis.member_ids
+        self._plans: OrderedDict[ChainState, RoundPlan] = OrderedDict()
+        """Plans by chain state, while they depend on nothing else (no staleness window): the nodes of one
+        process that share these rules (a simulation's) sample each height's clients once, not once each."""
+        self._next_committees: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
         self.committee_mode = genesis.protocol.mode == COMMITTEE_MODE
         self.cmfl = CmflParams.from_genesis(genesis) if self.committee_mode else None
         seed = sampling_seed_of(genesis.protocol.params, mode=genesis.protocol.mode)
@@ -206,6 +220,18 @@ class RoundRules:
     # --- roles -------------------------------------------------------------------------------
 
     def plan(self, state: ChainState, history: RoundHistory | None = None) -> RoundPlan:
+        """Who does what at height ``state.height + 1``: a pure function of the genesis, ``state`` and (with a
+        staleness window) ``history``; remembered for the last few states when ``history`` cannot matter."""
+        if self.staleness > 0 and history is not None:
+            return self._plan(state, history)
+        got = self._plans.get(state)
+        if got is None:
+            got = self._plans[state] = self._plan(state, history)
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return got
+
+    def _plan(self, state: ChainState, history: RoundHistory | None) -> RoundPlan:
         h = state.height + 1
         committee = tuple(sorted(state.committee))
         if self.committee_mode:
@@ -222,8 +248,17 @@ class RoundRules:
         return RoundPlan(h, committee, trainers, ())
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:
-        seed = state.head_hash + struct.pack(">Q", state.height + 1)
-        return sample_committee(self.members, seed, self.genesis.protocol.committee_size)
+        """Coordinator mode: the committee the block after ``state`` must name (ranks every member by a hash;
+        remembered for the last few states, like :meth:`plan`)."""
+        got = self._next_committees.get(state.head_hash)
+        if got is None:
+            seed = state.head_hash + struct.pack(">Q", state.height + 1)
+            got = self._next_committees[state.head_hash] = sample_committee(
+                self.members, seed, self.genesis.protocol.committee_size
+            )
+            while len(self._next_committees) > _PLANS_KEPT:
+                self._next_committees.popitem(last=False)
+        return got
 
     # --- aggregation -------------------------------------------------------------------------
 

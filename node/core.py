@@ -36,7 +36,7 @@ test_byzantine_fuzz.py`` checks all of it against a fuzzing Byzantine minority.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -104,6 +104,7 @@ __all__ = [
     "TrainJob",
     "TrainResult",
     "Transmit",
+    "Withheld",
 ]
 
 PURPOSE_UPDATE = "update"
@@ -157,7 +158,8 @@ class Train:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decided:
     """``block`` is committed here. ``model`` is the new global model (None until its blob arrived);
-    ``blobs`` holds the referenced blobs this node has (digest → bytes), for persisting."""
+    ``blobs`` holds the referenced blobs this node has (digest → bytes; looked up when first read), for
+    persisting."""
 
     block: Block
     model: np.ndarray | None
@@ -169,7 +171,18 @@ class Misbehavior:
     evidence: Evidence
 
 
-NodeEffect = Transmit | Train | Decided | Misbehavior
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Withheld:
+    """A push this node left out (``models_for_all=False``): the new model for ``to``, a member outside the next
+    round, which does not need it. Nothing is to be sent; a host may ignore it. The simulator draws the network
+    randomness the message would have drawn, so that every other message keeps the latency it had when every
+    member got the model (and a scenario keeps its ledger)."""
+
+    to: str
+    kind: str
+
+
+NodeEffect = Transmit | Train | Decided | Misbehavior | Withheld
 
 
 class Behavior:
@@ -206,6 +219,43 @@ class NodeStatus:
     dropped: Mapping[str, int]
     evidence_pending: int
     now_tick: int
+
+
+def _referenced(payload: Payload) -> list[bytes]:
+    """The blobs a block references: its updates, the new model, the strategy state."""
+    out = [u.digest for u in payload.updates] + [payload.model_digest]
+    if payload.state_digest is not None:
+        out.append(payload.state_digest)
+    return out
+
+
+class _HeldBlobs(Mapping[bytes, bytes]):
+    """``Decided.blobs``: the referenced blobs (digest → bytes) the node holds, looked up when the host first
+    reads the mapping (in the same batch of effects), not for every member of a simulation that never reads it."""
+
+    __slots__ = ("_held", "_payload", "_store")
+
+    def __init__(self, store: Any, payload: Payload) -> None:
+        self._store = store
+        self._payload: Payload | None = payload
+        self._held: dict[bytes, bytes] | None = None
+
+    def _get(self) -> dict[bytes, bytes]:
+        if self._held is None:
+            store, payload = self._store, self._payload
+            assert payload is not None
+            self._held = {d: store.get(d) for d in _referenced(payload) if store.has(d)}
+            self._store = self._payload = None
+        return self._held
+
+    def __getitem__(self, digest: bytes) -> bytes:
+        return self._get()[digest]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 @dataclass(slots=True)
@@ -271,6 +321,16 @@ class NodeCore:
         The recent rounds of ``state``'s chain (a semi-synchronous strategy's staleness window), rebuilt by
         a host that resumes a stored chain (``node.runtime._node.load_chain``); default: empty, right at the
         genesis.
+    rules:
+        The round rules to share (:class:`node._rounds.RoundRules` of this ``genesis``, ``ctx`` and ``public``):
+        the nodes of a simulation share one, so a height's plan (the client sample, a hash of every member) is
+        drawn once per process, as ``ctx`` checks a signature once; default: private ones.
+    models_for_all:
+        True (default): a proposer pushes the new model to every member outside its committee, and every node
+        fetches a model it lacks. False: only to the members that need it at the next height (its trainers,
+        reference trainers and validators), and a node fetches the model only when it needs it (see
+        :meth:`_needs_model`), so a member outside the round receives the block alone (the simulator's 10,000
+        members). An ``archive`` node always wants every model.
     """
 
     def __init__(
@@ -293,8 +353,15 @@ class NodeCore:
         model_missing: bool = False,
         replica_restore: bytes | None = None,
         history: RoundHistory | None = None,
+        rules: RoundRules | None = None,
+        models_for_all: bool = True,
     ) -> None:
-        self._rules = RoundRules(genesis, ctx=ctx, public=public)
+        if rules is None:
+            rules = RoundRules(genesis, ctx=ctx, public=public)
+        elif rules.genesis is not genesis or (ctx is not None and rules.ctx is not ctx) or rules.public is not public:
+            raise ValueError("rules are for another genesis, chain context or public evaluator")
+        self._rules = rules
+        self._models_for_all = models_for_all or archive
         self._block_source = block_source
         self._archive = archive
         self._decoder = decoder if decoder is not None else EnvelopeDecoder(memo_bytes=1 << 20)
@@ -807,31 +874,29 @@ class NodeCore:
             blob = self._blob(digest)
             if blob is not None:
                 try:
-                    model = np.array(self._decoder.vector(blob, dim=self._dim, what="model"))
+                    model = self._decoder.vector(blob, dim=self._dim, what="model")  # read-only, shared (see _on_blobs)
                 except InvalidUpdateError:
                     model = None
         self._model = model
+        plan = self._rules.plan(self._state, self._history)
         if block.header.proposer == self._me:
-            self._push_decided(block, old_round.plan.committee)
-        referenced = [u.digest for u in block.payload.updates] + [digest]
-        if block.payload.state_digest is not None:
-            referenced.append(block.payload.state_digest)
-        held = {d: self._blobs.get(d) for d in referenced if self._blobs.has(d)}
-        self._out.append(Decided(block=block, model=model, blobs=MappingProxyType(held)))
-        if model is None and self._blob(digest) is None:
-            # the proposer pushes the model right behind the block: wait for it, ask only on the retry timer
-            self._want.setdefault(digest, self._now)
-        if self._algo_state_missing:
-            assert sd is not None
-            self._want.setdefault(sd, self._now)
+            self._push_decided(block, old_round.plan.committee, plan)
+        self._out.append(Decided(block=block, model=model, blobs=_HeldBlobs(self._blobs, block.payload)))
+        if self._needs_model(plan):
+            if model is None and self._blob(digest) is None:
+                # the proposer pushes the model right behind the block: wait for it, ask only on the retry timer
+                self._want.setdefault(digest, self._now)
+            if self._algo_state_missing:
+                assert sd is not None
+                self._want.setdefault(sd, self._now)
         if self._archive:  # this node's ledger re-executes: it needs the blobs of the rounds it did not validate
-            for d in referenced:
+            for d in _referenced(block.payload):
                 if d == digest and model is not None:
                     continue  # the model is in hand: the host stores it from the Decided effect
-                if not self._blobs.has(d) and d not in held:
+                if not self._blobs.has(d):
                     self._want.setdefault(d, self._now)
-        self._round = _Round(self._rules.plan(self._state, self._history), self._now)
-        h = self._round.plan.height
+        self._round = _Round(plan, self._now)
+        h = plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
             if t < h and self._stale_ok(p, t, h):
                 self._round.updates[(p, t)] = held_update
@@ -844,8 +909,17 @@ class NodeCore:
                     self._dropped[type(e).__name__] += 1
         self._begin_round()
 
-    def _push_decided(self, block: Block, committee: Sequence[str]) -> None:
-        """The proposer sends the decided block and the new model to every member outside the committee."""
+    def _needs_model(self, plan: RoundPlan) -> bool:
+        """Does this node need the global model (and strategy state) of ``plan``'s height? With
+        ``models_for_all`` every node does (it serves the model to peers, and a runtime node keeps a full
+        archive); otherwise only the height's trainers, reference trainers and validators, and every node when
+        the strategy aggregates stale updates (a later validator needs their base models)."""
+        return self._models_for_all or self._rules.staleness > 0 or self._me in plan.participants
+
+    def _push_decided(self, block: Block, committee: Sequence[str], plan: RoundPlan) -> None:
+        """The proposer sends the decided block to every member outside the committee, and the new model (and
+        strategy state) to those of them that need it at the next height (``plan``; every one of them with
+        ``models_for_all``)."""
         cached = self._validated.get(block.payload.model_digest)
         model_blob = cached[1] if cached is not None else self._blob(block.payload.model_digest)
         block_data = self._pbft_bytes(decided_message(block))
@@ -856,12 +930,17 @@ class NodeCore:
             pushed.append(state_blob)
         model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None  # type: ignore[attr-defined]
         inside = set(committee)
+        needy = None if self._models_for_all or self._rules.staleness > 0 else plan.participants
         for p in self._genesis.member_ids:
             if p == self._me or p in inside:
                 continue
             self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
-            if model_data is not None:
+            if model_data is None:
+                continue
+            if needy is None or p in needy:
                 self._out.append(Transmit(to=p, data=model_data, kind="model"))
+            else:
+                self._out.append(Withheld(to=p, kind="model"))
         # validators of the next committee that sat outside this one get the block above; the others
         # decided it themselves and have the model from validation.
 
@@ -965,7 +1044,9 @@ class NodeCore:
             blob = self._blob(self._state.model_digest)
             if blob is not None:
                 try:
-                    self._model = np.array(self._decoder.vector(blob, dim=self._dim, what="model"))
+                    # a read-only view, shared by every node that decodes the same blob through a shared decoder
+                    # (a simulation's members): the global model is one object until a member trains from it
+                    self._model = self._decoder.vector(blob, dim=self._dim, what="model")
                 except InvalidUpdateError:
                     self._dropped["bad model blob"] += 1
                     return

@@ -14,13 +14,16 @@ with its blobs and verifiable with ``concilium ledger verify``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import math
 import multiprocessing
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,18 +38,32 @@ from ledger import (
     KeyPair,
     Payload,
     genesis_committee,
+    genesis_state,
     primary,
     sha256,
 )
+from ledger.store import MemoryBlobStore
 from learning._attacks import parse_data_attack, parse_update_attack
 from learning._availability import DROPPED, AvailabilityContext, parse_availability
 from learning._blobs import vector_to_blob
 from learning._data import Dataset
 from learning._strategies import Strategy
+from node._rounds import RoundRules
 from node._wire import EnvelopeDecoder
 from node._errors import Terminated
 from node.adversary import Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances
-from node.core import PURPOSE_UPDATE, Behavior, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from node.core import (
+    PURPOSE_UPDATE,
+    Behavior,
+    Decided,
+    Misbehavior,
+    NodeCore,
+    Train,
+    TrainJob,
+    TrainResult,
+    Transmit,
+    Withheld,
+)
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from sim._rng import RngTree
 from sim._world import OMNISCIENT_ATTACKS, World, attack_update, byzantine_indices
@@ -55,6 +72,25 @@ from sim._writer import LedgerWriter
 from sim._scenario import FaultConfig, Scenario
 
 __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
+
+_LATENCY_ROWS_KEPT = 256
+"""Senders whose row of link latencies stays drawn (see ``Simulation._latency_ms``)."""
+_GC_YOUNG_THRESHOLD = 100_000
+
+
+@contextlib.contextmanager
+def _rare_collections() -> Iterator[None]:
+    """Python's cyclic collector with a first-generation threshold of ``_GC_YOUNG_THRESHOLD`` allocations (default
+    700) while the nodes are built and while the event loop runs. Every member's node is a few hundred long-lived objects, and each round
+    replaces some of them: with the default thresholds the collector rescanned the whole heap several times per
+    round (44% of the CPU of a 10,000-member round). The loop leaves no cyclic garbage (a collection after a
+    4-round 10,000-member run finds none); reference counting frees everything it drops."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], _GC_YOUNG_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 
@@ -109,6 +145,12 @@ class RoundMetrics:
     asr: float = math.nan
     """Backdoor attack success rate (seed_002 §3.4): the fraction of the triggered non-target test samples the
     model classifies as the target; NaN without a backdoor (and ``metrics.csv`` then has no such column)."""
+    traffic: str = ""
+    """This round's traffic by message kind (sent since the previous round was written): space-separated
+    ``kind=messages/bytes`` entries sorted by kind (``scale_10k.toml``, round 6:
+    ``model=107/2071413 pbft=10084/277674248 update=699/13681527``; kinds: ``pbft`` consensus messages and
+    decided blocks, ``model`` the pushed new model, ``update``, ``scores``, ``want``, ``blobs``);
+    ``SimResult.traffic_by_round`` has the numbers."""
 
 
 @dataclass
@@ -130,6 +172,8 @@ class SimResult:
     member_index: dict[str, int] = field(default_factory=dict)
     final_asr: float = math.nan
     """The last evaluated round's attack success rate (NaN without a backdoor)."""
+    traffic_by_round: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    """Per committed round: message kind → (messages, bytes) sent in it (``RoundMetrics.traffic``)."""
 
 
 class _Adversary(Behavior):
@@ -168,10 +212,18 @@ class Simulation:
         on_round: Callable[[RoundMetrics], None] | None = None,
         workers: int | None = None,
         fuzz: FuzzSpec | None = None,
+        executor: Callable[[Simulation], Any] | None = None,
+        models_for_all: bool | None = None,
     ) -> None:
         """``workers``: forked processes that run local training while this process runs the protocol
         (None: :func:`sim._workers.default_workers`; 0: train in-process). The results are identical.
-        ``fuzz``: members whose outgoing messages a :class:`sim._fuzz.ByzantineFuzzer` tampers with."""
+        ``fuzz``: members whose outgoing messages a :class:`sim._fuzz.ByzantineFuzzer` tampers with.
+        ``executor``: builds the training pool at ``run()`` instead of the local workers (``sim._ray.RayExecutor``).
+        ``models_for_all``: every member outside the committee receives every new model, as a node of the
+        network runtime does (``NodeCore(models_for_all=True)``), or (False) only the members with a role in the
+        next round; None: the scenario's ``network.model_push``."""
+        if models_for_all is None:
+            models_for_all = scenario.network.model_push == "all"
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
@@ -188,7 +240,7 @@ class Simulation:
         self.world = world
         self.public_data = world.public_data
         self.test = world.test
-        self.client_data: list[Dataset] = list(world.client_data)
+        self.client_data = world.client_data  # made per member when asked (sim._world.MemberData)
         self.trainer = world.trainer
         self.schedule = world.schedule
         self.theta0 = world.theta0
@@ -229,7 +281,7 @@ class Simulation:
                 for i, d in self.poisoned_data.items():
                     self.client_data[i] = d
         if self.trainer.device.type != "cpu":  # data lives where the model trains (minibatch indices stay CPU-seeded)
-            self.client_data = [d.to(self.trainer.device) for d in self.client_data]
+            self.client_data = self.client_data.to(self.trainer.device)
             self.poisoned_data = {i: d.to(self.trainer.device) for i, d in self.poisoned_data.items()}
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
@@ -242,8 +294,8 @@ class Simulation:
         if scenario.adversary.availability:
             actx = AvailabilityContext(
                 members=scenario.members,
-                sizes=tuple(len(d) for d in self.client_data),
-                labels=tuple(tuple(int(c) for c in np.unique(d.labels)) for d in self.client_data),
+                sizes=tuple(self.client_data.size(i) for i in range(scenario.members)),
+                labels=tuple(tuple(int(c) for c in np.unique(self.client_data.labels(i))) for i in range(scenario.members)),
                 rounds=scenario.rounds,
             )
             self.availability = parse_availability(scenario.adversary.availability, actx)
@@ -265,21 +317,38 @@ class Simulation:
         }
         # --- nodes: one chain context (and signature memo) for all of them, as one process verifies a
         # signature once; every node still runs every check (a memo hit is a past successful check).
+        # The round rules (a height's plan: the client sample ranks every member by a hash) and the genesis
+        # state are pure functions of the genesis and the chain state, shared the same way.
         ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=64)
         self._decoder = EnvelopeDecoder(memo_bytes=64 << 20)
-        self.nodes = {
-            pid: NodeCore(
-                genesis=self.genesis,
-                key=self.keys[pid],
-                initial_model=self.theta0,
-                behavior=_Adversary(self, pid),
-                replica_config=ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts),
-                ctx=ctx,
-                public=self.public_eval,
-                decoder=self._decoder,
-            )
-            for pid in self.peers
-        }
+        rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
+        state0 = genesis_state(ctx)
+        replica_config = ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts)
+        theta0_blob = vector_to_blob(self.theta0)  # one copy in every node's blob store (a store keeps the first)
+
+        def blob_store() -> MemoryBlobStore:
+            store = MemoryBlobStore()
+            store.put(theta0_blob)
+            return store
+
+        with _rare_collections():
+            self.nodes = {
+                pid: NodeCore(
+                    genesis=self.genesis,
+                    key=self.keys[pid],
+                    initial_model=self.theta0,
+                    blobs=blob_store(),
+                    behavior=_Adversary(self, pid),
+                    replica_config=replica_config,
+                    ctx=ctx,
+                    public=self.public_eval,
+                    decoder=self._decoder,
+                    rules=rules,
+                    state=state0,
+                    models_for_all=models_for_all,
+                )
+                for pid in self.peers
+            }
         # --- network and bookkeeping
         self._net_rng = self._rng.child("network").python()
         self._setup_links()
@@ -289,6 +358,8 @@ class Simulation:
         self._tick_us = p.tick_ms * 1000
         self.bytes_by_kind: dict[str, int] = {}
         self.messages_by_kind: dict[str, int] = {}
+        self._traffic_mark: dict[str, tuple[int, int]] = {}  # the totals when the last round was written
+        self.traffic_by_round: list[dict[str, tuple[int, int]]] = []
         self.dropped = 0
         self.corruptions = 0
         self.equivocations = 0
@@ -314,6 +385,7 @@ class Simulation:
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
         self._writer = None
         self.workers = default_workers(self.trainer.device.type) if workers is None else max(0, int(workers))
+        self._executor = executor
         self._pool = TrainingPool(self, 0)
         if ledger_dir is not None:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
@@ -402,8 +474,15 @@ class Simulation:
     def _setup_links(self) -> None:
         net, n = self.sc.network, self.sc.members
         lrng = self._rng.child("links").numpy()
-        self._latency_ms = net.latency_ms * (1.0 + net.latency_spread * lrng.random((n, n)))
-        self._uplink_mbps = net.bandwidth_mbps / (1.0 + net.bandwidth_spread * lrng.random(n))
+        # Link (a, b)'s base latency is latency_ms × (1 + latency_spread × u[a, b]), u the first n × n draws of the
+        # links stream (row by row), then each member's uplink from the next n draws. The n × n matrix is not
+        # kept (800 MB at 10,000 members): a sender's row is drawn when it first sends (PCG64 jumps ahead to it),
+        # the same values bit for bit.
+        self._links_state = lrng.bit_generator.state
+        lrng.bit_generator.advance(n * n)
+        self._uplink_mbps = (net.bandwidth_mbps / (1.0 + net.bandwidth_spread * lrng.random(n))).tolist()
+        self._latency_rows: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._link_latency: dict[tuple[int, int], float] = {}
         self._link_bw: dict[tuple[int, int], float] = {}
         self._link_drop: dict[tuple[int, int], float] = {}
         for link in net.links:
@@ -411,7 +490,7 @@ class Simulation:
                 if max(a, b) >= n:
                     raise ValueError(f"network link {link.a}-{link.b}: no such member ({n} members)")
                 if link.latency_ms >= 0:
-                    self._latency_ms[a, b] = link.latency_ms
+                    self._link_latency[(a, b)] = link.latency_ms
                 if link.bandwidth_mbps > 0:
                     self._link_bw[(a, b)] = link.bandwidth_mbps
                 if link.drop >= 0:
@@ -427,6 +506,28 @@ class Simulation:
             self._partitions.append([part, group, None])  # None: not started yet (then: start time µs)
         self.partitioned = 0
 
+    def _latency_ms(self, a: int, b: int) -> float:
+        """The base latency of link ``a → b`` in ms (see :meth:`_setup_links`)."""
+        if self._link_latency:
+            got = self._link_latency.get((a, b))
+            if got is not None:
+                return got
+        net = self.sc.network
+        if not net.latency_spread:
+            return net.latency_ms  # = latency_ms × (1 + 0 × u), exactly
+        row = self._latency_rows.get(a)
+        if row is None:
+            n = self.sc.members
+            bits = np.random.PCG64()
+            bits.state = self._links_state
+            bits.advance(a * n)
+            row = self._latency_rows[a] = net.latency_ms * (1.0 + net.latency_spread * np.random.Generator(bits).random(n))
+            while len(self._latency_rows) > _LATENCY_ROWS_KEPT:
+                self._latency_rows.popitem(last=False)
+        else:
+            self._latency_rows.move_to_end(a)
+        return float(row[b])
+
     def _cut(self, a: int, b: int) -> bool:
         h = self._height()
         for entry in self._partitions:
@@ -441,37 +542,60 @@ class Simulation:
                 return True
         return False
 
-    def _send(self, frm: str, fx: Transmit, *, tampered: bool = False) -> None:
-        if self.fuzzer is not None and not tampered and frm in self.fuzzer.peers:
+    def _send(self, frm: str, fx: Transmit | Withheld, *, tampered: bool = False) -> None:
+        """Put ``fx`` on the network: count it, apply the faults, draw its latency and queue its delivery.
+
+        A :class:`node.core.Withheld` push is not sent (nothing counted, nothing delivered) but takes the
+        network's random draws the message would have taken, in the same place of the one stream every message
+        draws from: cutting the model push to the members outside the next round leaves every other message's
+        latency, and so every ledger, as it was."""
+        withheld = isinstance(fx, Withheld)
+        if self.fuzzer is not None and not tampered and not withheld and frm in self.fuzzer.peers:
             for to, data in self.fuzzer.outgoing(frm, fx.to, fx.data):
                 if to != frm:
                     self._send(frm, Transmit(to=to, data=data, kind=fx.kind), tampered=True)
             return
-        self.bytes_by_kind[fx.kind] = self.bytes_by_kind.get(fx.kind, 0) + len(fx.data)
-        self.messages_by_kind[fx.kind] = self.messages_by_kind.get(fx.kind, 0) + 1
-        if self._faulty(frm, "drop") or self._faulty(fx.to, "drop"):
-            self.dropped += 1
+        if not withheld:
+            self._count(fx.kind, len(fx.data))
+        if self._faults and (self._faulty(frm, "drop") or self._faulty(fx.to, "drop")):
+            self.dropped += not withheld
             return
         a, b = self.index[frm], self.index[fx.to]
         if self._partitions and self._cut(a, b):
-            self.partitioned += 1
+            self.partitioned += not withheld
             return
-        data = fx.data
-        if self._faults and self._faulty(frm, "equivocate") and b % 2 == 1:
-            data = self._equivocate(frm, data)
         net = self.sc.network
         r = self._net_rng
         drop = self._link_drop.get((a, b), net.drop) if self._link_drop else net.drop
         if drop and r.random() < drop:
-            self.dropped += 1
+            self.dropped += not withheld
             return
+        if withheld:
+            for _ in range(2 if net.duplicate and r.random() < net.duplicate else 1):
+                r.random()  # the jitter
+                if net.reorder:
+                    r.random()
+            return
+        data = fx.data
+        if self._faults and self._faulty(frm, "equivocate") and b % 2 == 1:
+            data = self._equivocate(frm, data)
         copies = 2 if net.duplicate and r.random() < net.duplicate else 1
         bw = self._link_bw.get((a, b), self._uplink_mbps[a]) if self._link_bw else self._uplink_mbps[a]
         for _ in range(copies):
-            ms = self._latency_ms[a, b] + net.jitter_ms * r.random() + len(data) * 8 / (bw * 1000.0)
+            ms = self._latency_ms(a, b) + net.jitter_ms * r.random() + len(data) * 8 / (bw * 1000.0)
             if net.reorder and r.random() < net.reorder:
                 ms += net.reorder_ms
-            self._push(self._now_us + int(ms * 1000) + self._delay_us(frm), "deliver", (frm, fx.to, data))
+            self._push(self._now_us + int(ms * 1000) + (self._delay_us(frm) if self._faults else 0), "deliver", (frm, fx.to, data))
+
+    def _count(self, kind: str, nbytes: int) -> None:
+        self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + nbytes
+        self.messages_by_kind[kind] = self.messages_by_kind.get(kind, 0) + 1
+
+    def _round_traffic(self) -> dict[str, tuple[int, int]]:
+        """Kind → (messages, bytes) sent since the last call."""
+        now = {k: (self.messages_by_kind[k], self.bytes_by_kind[k]) for k in sorted(self.bytes_by_kind)}
+        mark, self._traffic_mark = self._traffic_mark, now
+        return {k: (m - mark.get(k, (0, 0))[0], b - mark.get(k, (0, 0))[1]) for k, (m, b) in now.items()}
 
     def _equivocate(self, frm: str, data: bytes) -> bytes:
         """An equivocating peer tells odd-indexed peers something else (``node.adversary.equivocate``)."""
@@ -482,7 +606,7 @@ class Simulation:
 
     def _apply(self, peer: str, effects: list[Any]) -> None:
         for fx in effects:
-            if isinstance(fx, Transmit):
+            if isinstance(fx, (Transmit, Withheld)):
                 self._send(peer, fx)
             elif isinstance(fx, Train):
                 self._start_training(peer, fx.job)
@@ -723,6 +847,7 @@ class Simulation:
             acc, loss = float(ev.accuracy), float(ev.loss)
             if self.asr_data is not None:
                 asr = float(self.trainer.evaluate(torch.from_numpy(np.array(fx.model)), self.asr_data).accuracy)
+        traffic = self._round_traffic()
         m = RoundMetrics(
             fl_round=h,
             view=block.header.view,
@@ -744,8 +869,10 @@ class Simulation:
             bytes_sent=sum(self.bytes_by_kind.values()),
             messages=sum(self.messages_by_kind.values()),
             asr=asr,
+            traffic=" ".join(f"{k}={n}/{b}" for k, (n, b) in traffic.items()),
         )
         self.metrics.append(m)
+        self.traffic_by_round.append(traffic)
         for k in [k for k in self._round_jobs if k <= h - self._stale_window]:
             del self._round_jobs[k]
         if self._on_round is not None:
@@ -755,12 +882,13 @@ class Simulation:
 
     def run(self) -> SimResult:
         # fork the training workers before any thread of ours exists (the ledger writer starts below)
-        self._pool = TrainingPool(self, self.workers)
+        self._pool = TrainingPool(self, self.workers) if self._executor is None else self._executor(self)
         restore = self._defer_ctrl_c()
         try:
             if self._writer is not None:
                 self._writer.start()
-            self._loop()
+            with _rare_collections():
+                self._loop()
         except BaseException:
             if self._writer is not None:
                 try:
@@ -814,15 +942,19 @@ class Simulation:
         per_view = p.timeout_ticks_train + p.timeout_ticks_propose + p.timeout_ticks_prepare + p.timeout_ticks_commit
         round_budget_us = self._tick_us * (per_view + p.timeout_ticks_view_change) * 16 * 8
         last_progress_us, last_written = 0, 0
+        ticked = [(pid, self.nodes[pid]) for pid in self.peers]
+        faults = bool(self.fault_plan)
         while self._written < self.sc.rounds:
             if not self._queue:
                 raise LivenessError(f"the event queue ran dry at height {self._written + 1}; reproduce: seed {self.sc.seed}")
             at, _, kind, data = heapq.heappop(self._queue)
             self._now_us = at
             if kind == "tick":
-                for pid in self.peers:
-                    if not self._faulty(pid, "drop"):
-                        self._apply(pid, self.nodes[pid].tick())
+                for pid, node in ticked:
+                    if not (faults and self._faulty(pid, "drop")):
+                        fx = node.tick()
+                        if fx:
+                            self._apply(pid, fx)
                 self._push(at + self._tick_us, "tick", None)
             elif kind == "deliver":
                 frm, to, payload = data
@@ -864,4 +996,5 @@ class Simulation:
             byzantine=tuple(sorted(self.byzantine)),
             member_index=dict(self.index),
             final_asr=next((m.asr for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan),
+            traffic_by_round=list(self.traffic_by_round),
         )

@@ -10,7 +10,9 @@
     ``acceptance.png``   how often each client's update was accepted (Byzantine clients in red)
 
 A run that fails on its input leaves nothing behind (:func:`results_folder`); ``force`` replaces an earlier
-results folder only once the new one is complete.
+results folder only once the new one is complete. The plots are drawn in a forked child while this process
+audits the ledger and writes the rest (matplotlib is never imported here), and the summary is reported
+before waiting for them; they are in the folder when :func:`run_scenario` returns.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import csv
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import secrets
 import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +101,51 @@ def _plots(out: Path, res: SimResult) -> None:
     fig.tight_layout()
     fig.savefig(out / "acceptance.png")
     plt.close(fig)
+
+
+def _plot_child(out: Path, res: SimResult, parent: int) -> None:
+    import signal  # noqa: PLC0415
+
+    from sim._workers import guard_parent  # noqa: PLC0415
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops this child itself
+    if guard_parent(parent, signal.SIGKILL):  # no helper outlives the run's process (sim/_workers.py)
+        _plots(out, res)
+
+
+class _Plotter:
+    """The plots of a run, drawn in a forked child (Linux, a process that may have children) while the caller
+    goes on; :meth:`wait` returns once they are written (drawn here if the child could not)."""
+
+    def __init__(self, out: Path, res: SimResult) -> None:
+        self.out, self.res = out, res
+        self._proc: Any = None
+        if sys.platform.startswith("linux") and not multiprocessing.current_process().daemon:
+            for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    stream.flush()
+            try:
+                proc = multiprocessing.get_context("fork").Process(
+                    target=_plot_child, args=(out, res, os.getpid()), daemon=True, name="concilium-plots")
+                proc.start()
+                self._proc = proc
+            except OSError:  # no process to spare: drawn here at wait()
+                self._proc = None
+
+    def wait(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.join()
+            if proc.exitcode == 0:
+                return
+        _plots(self.out, self.res)  # no child, or it failed: here (its error, if it is one, raised here)
+
+    def stop(self) -> None:
+        """Abandon the plots (the run failed or was interrupted)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.join()
 
 
 def has_backdoor(scenario: Scenario) -> bool:
@@ -219,11 +267,15 @@ def run_scenario(
     workers: int | None = None,
     force: bool = False,
     plots: bool = True,
+    executor: Callable[[Simulation], Any] | None = None,
+    on_summary: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
     results folder is replaced once the new one is complete); return the summary. ``workers``: training
     processes beside the simulator (None = ``sim._workers.default_workers``); never changes results.
-    ``plots=False``: no PNG files (see :func:`write_results`).
+    ``executor``: where training jobs run instead (``sim._ray.RayExecutor``: a Ray cluster); never changes
+    results either. ``plots=False``: no PNG files (see :func:`write_results`). ``on_summary``: called with the
+    summary as soon as it is written, before the plots are waited for.
 
     Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
     nothing behind; so does a run whose local training diverges until no block can be committed."""
@@ -231,7 +283,7 @@ def run_scenario(
     _check_device(scenario.training.device, path)
     with results_folder(out, force=force) as build:
         try:
-            sim = Simulation(scenario, ledger_dir=build / "ledger", on_round=None, workers=workers)
+            sim = Simulation(scenario, ledger_dir=build / "ledger", on_round=None, workers=workers, executor=executor)
         except ValueError as e:  # a configuration the loader could not judge without the data
             raise ConfigFileError(f"{path}: {e}") from None
         except (MemoryError, RuntimeError) as e:
@@ -264,8 +316,19 @@ def run_scenario(
         finally:
             if bar is not None:
                 bar.close()
-        verified, verdict = verify_ledger(build / "ledger", public=sim.public_eval)
-        return write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)), plots=plots)
+        plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
+        try:
+            verified, verdict = verify_ledger(build / "ledger", public=sim.public_eval)
+            summary = write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)), plots=False)
+            if on_summary is not None:
+                on_summary(summary)
+            if plotter is not None:
+                plotter.wait()
+        except BaseException:
+            if plotter is not None:
+                plotter.stop()
+            raise
+        return summary
 
 
 def _check_device(device: str, source: str | os.PathLike[str]) -> None:

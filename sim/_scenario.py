@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
+MODEL_PUSH = ("all", "participants")
 
 # Bounds, so that a scenario that loads also runs: a value past them would allocate terabytes, never end, or
 # overflow inside the simulator or torch (issue 13). Far above every scenario of scenarios/ and the papers.
@@ -163,10 +164,15 @@ class DataSection:
     public_size: int = 0
     """Class-balanced public samples taken out of the training pool before partitioning (seed_002 §1.3);
     0 = none. Strategies that score models on a public split (Sself) need it."""
+    local_datasets: int = 0
+    """How many local datasets the partition makes (0: one per member). With ``K`` of them, member ``i`` holds
+    local dataset ``i mod K``, shared with the other members that hold it (one copy in memory): a population of
+    many simulated members on a small pool (``scenarios/scale_10k.toml``: 10,000 members on digits)."""
 
     def __post_init__(self) -> None:
         _check(0.0 < self.test_fraction < 1.0, "test_fraction must be in (0, 1)")
         _check(0 <= self.public_size <= 1 << 31, "public_size must be in [0, 2**31]")
+        _check(0 <= self.local_datasets <= MEMBERS_MAX, f"local_datasets must be in [0, {MEMBERS_MAX}]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -271,10 +277,18 @@ class NetworkConfig:
     reorder_ms: float = 50.0
     links: tuple[LinkConfig, ...] = ()
     partitions: tuple[PartitionConfig, ...] = ()
+    model_push: str = "all"
+    """Who the proposer of a block pushes the new model to, besides the block: ``"all"`` (every member outside the
+    committee, as a node of the network runtime does) or ``"participants"`` (the next round's trainers and
+    validators; the others receive the block alone and fetch no model they do not need: ``scale_10k.toml``).
+    The same ledger, as long as no member outside the next round misses a model it would have fetched under
+    ``"all"`` (a validator that did not validate the committed proposal, a lost push): a fetch less moves the
+    network's random draws of every later message. The network runtime always pushes to all."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.latency_spread <= SPREAD_MAX and 0 <= self.bandwidth_spread <= SPREAD_MAX,
                f"spreads must be in [0, {SPREAD_MAX:.0e}]")
+        _check(self.model_push in MODEL_PUSH, f"model_push must be one of {', '.join(MODEL_PUSH)}")
         for name in ("drop", "duplicate", "reorder"):
             v = getattr(self, name)
             _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
@@ -394,6 +408,7 @@ class Scenario:
         _check(1 <= self.members <= MEMBERS_MAX, f"members must be in [1, {MEMBERS_MAX}]")
         _check(self.eval_every >= 1, "eval_every must be >= 1")
         _check(self.protocol.committee_size <= self.members, "committee_size exceeds members")
+        _check(self.data.local_datasets <= self.members, "data.local_datasets exceeds members")
         _check(
             self.adversary.byzantine <= self.members - self.protocol.committee_size,
             "more Byzantine clients than members outside the genesis committee",
@@ -469,9 +484,9 @@ def _check_model(model: ModelSection, members: int) -> None:
 
 def _check_partition(data: DataSection, members: int) -> None:
     """Resolve ``data.partition`` with its parameters as the simulation does (``num_clients`` / ``max_clients``
-    default to ``members``), so an unknown partition or a bad parameter fails when the file loads; an explicit
-    ``num_clients`` must equal ``members``. Checks that need the dataset (``pairs``: an even class count, every
-    class at least one sample per holder) run when the simulation partitions it."""
+    default to ``data.local_datasets``, else ``members``), so an unknown partition or a bad parameter fails when
+    the file loads; an explicit ``num_clients`` must equal that count. Checks that need the dataset (``pairs``: an
+    even class count, every class at least one sample per holder) run when the simulation partitions it."""
     from learning._partition import (  # imports torch: only when validating
         PARTITIONS,
         partition_spec,
@@ -479,11 +494,12 @@ def _check_partition(data: DataSection, members: int) -> None:
 
     params = dict(data.partition_params)
     fields = getattr(PARTITIONS.get(data.partition), "__dataclass_fields__", {})
+    want, what = (data.local_datasets, "data.local_datasets") if data.local_datasets else (members, "members")
     if "num_clients" in fields:
-        n = params.setdefault("num_clients", members)
-        _check(n == members, f"data.partition_params.num_clients = {n!r} must equal members = {members}")
+        n = params.setdefault("num_clients", want)
+        _check(n == want, f"data.partition_params.num_clients = {n!r} must equal {what} = {want}")
     elif "max_clients" in fields:
-        params.setdefault("max_clients", members)
+        params.setdefault("max_clients", want)
     try:
         partition_spec(data.partition, params)
     except ValueError as e:  # learning's ConfigError

@@ -2,7 +2,9 @@
 
 A job is a pure function of its ``_JobSpec`` and the scenario (``Simulation._run_job``), so where and when
 it runs does not change a bit of the result: the same seeds, the same single-threaded PyTorch kernels, the
-same inputs. That gives three freedoms the event loop uses:
+same inputs. (So it may also run on another machine: ``sim/_ray.py`` is a pool with the interface the
+simulator uses - ``submit``, ``speculate``, ``discard``, ``close``, ``active``, ``completed`` - whose jobs run on
+a Ray cluster; ``Simulation(executor=...)`` picks it.) That gives three freedoms the event loop uses:
 
 * **Worker processes.** With ``workers = n``, a job is handed to one of ``n`` forked processes when the
   node asks for it; while this process waits for a result it *steals* the worker's last job not yet

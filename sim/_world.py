@@ -12,8 +12,9 @@ The adversary's data attacks and the network stay with the simulator; a job here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,74 @@ from learning._training import LocalTrainer, LocalTrainingConfig
 from sim._rng import RngTree
 from sim._scenario import DataSection, Scenario
 
-__all__ = ["World", "scenario_keys"]
+__all__ = ["MemberData", "World", "scenario_keys"]
+
+_MADE_KEPT = 256
+"""Local datasets :class:`MemberData` keeps made (least recently used dropped): every one of a small scenario, a
+round's worth of trainers of a large one."""
+
+
+class MemberData(Sequence[Dataset]):
+    """Every member's local dataset, made when asked for: member ``i`` holds ``pool.subset(indices[i mod K])``
+    (``K = len(indices)`` local datasets: one per member, or fewer shared ones, ``data.local_datasets``).
+
+    Only the index arrays are kept per local dataset; a made subset is kept while it is among the
+    ``_MADE_KEPT`` last used, so the memory a run needs grows with the members that train, not with the
+    members. ``d[i] = dataset`` replaces member ``i``'s data (a data attack's poisoned copy); ``size`` and
+    ``labels`` read the index arrays without making anything. The values are those of
+    ``Partition.client_datasets``, bit for bit."""
+
+    __slots__ = ("_indices", "_made", "_members", "_replaced", "pool")
+
+    def __init__(self, pool: Dataset, indices: Sequence[np.ndarray], members: int) -> None:
+        if not indices or members < len(indices):
+            raise ValueError(f"{len(indices)} local datasets for {members} members")
+        self.pool = pool
+        self._indices = tuple(indices)
+        self._members = members
+        self._made: OrderedDict[int, Dataset] = OrderedDict()
+        self._replaced: dict[int, Dataset] = {}
+
+    def __len__(self) -> int:
+        return self._members
+
+    def __getitem__(self, i: int) -> Dataset:  # type: ignore[override]
+        if not -self._members <= i < self._members:
+            raise IndexError(f"member {i} of {self._members}")
+        i %= self._members
+        got = self._replaced.get(i)
+        if got is not None:
+            return got
+        k = i % len(self._indices)
+        d = self._made.get(k)
+        if d is None:
+            d = self._made[k] = self.pool.subset(self._indices[k])
+            while len(self._made) > _MADE_KEPT:
+                self._made.popitem(last=False)
+        else:
+            self._made.move_to_end(k)
+        return d
+
+    def __setitem__(self, i: int, data: Dataset) -> None:
+        if not 0 <= i < self._members:
+            raise IndexError(f"member {i} of {self._members}")
+        self._replaced[i] = data
+
+    def size(self, i: int) -> int:
+        """Samples of member ``i`` (nothing made)."""
+        got = self._replaced.get(i)
+        return len(got) if got is not None else len(self._indices[i % len(self._indices)])
+
+    def labels(self, i: int) -> np.ndarray:
+        """Labels of member ``i`` (int64 numpy; nothing made)."""
+        got = self._replaced.get(i)
+        return got.labels if got is not None else self.pool.labels[self._indices[i % len(self._indices)]]
+
+    def to(self, device: torch.device | str) -> MemberData:
+        """The same data with the pool (and every replaced dataset) on ``device``."""
+        out = MemberData(self.pool.to(device), self._indices, self._members)
+        out._replaced = {i: d.to(device) for i, d in self._replaced.items()}
+        return out
 
 
 def scenario_keys(scenario: Scenario) -> list[KeyPair]:
@@ -94,7 +162,7 @@ class World:
     train: Dataset
     test: Dataset
     public_data: Dataset | None
-    client_data: list[Dataset]
+    client_data: MemberData
     trainer: LocalTrainer
     schedule: Callable[[int], float]
     theta0: np.ndarray
@@ -110,19 +178,22 @@ class World:
             splits = with_public(splits, seed=rng.child("public").seed64() % 2**32, size=scenario.data.public_size)
         pparams = dict(scenario.data.partition_params)
         pcls = PARTITIONS.get(scenario.data.partition)
+        local = scenario.data.local_datasets or scenario.members
         if pcls is not None and "num_clients" in getattr(pcls, "__dataclass_fields__", {}):
-            pparams.setdefault("num_clients", scenario.members)
+            pparams.setdefault("num_clients", local)
         elif pcls is not None and "max_clients" in getattr(pcls, "__dataclass_fields__", {}):
-            pparams.setdefault("max_clients", scenario.members)  # natural (per-writer) data: the first N writers
+            pparams.setdefault("max_clients", local)  # natural (per-writer) data: the first N writers
         part = partition_dataset(
             partition_spec(scenario.data.partition, pparams), splits.train, seed=rng.child("partition").seed64() % 2**32
         )
-        client_data: list[Dataset] = part.client_datasets(splits.train)
-        if len(client_data) != scenario.members:
+        if len(part) != local:
             raise ValueError(
-                f"the {scenario.data.partition!r} partition made {len(client_data)} clients for "
-                f"{scenario.members} members; make them equal"
+                f"the {scenario.data.partition!r} partition made {len(part)} clients for {local} "
+                f"{'local datasets' if scenario.data.local_datasets else 'members'}; make them equal"
             )
+        if part.num_samples != len(splits.train):
+            raise ValueError(f"the partition is of {part.num_samples} samples, the pool has {len(splits.train)}")
+        client_data = MemberData(splits.train, part.clients, scenario.members)
         spec = model_spec(scenario.model.name, dict(scenario.model.params))
         tr = scenario.training
         trainer = LocalTrainer(
@@ -147,7 +218,8 @@ class World:
         theta = trainer.initial_parameters(seed=rng.child("model-init").seed64() % 2**31)
         theta0 = theta.detach().cpu().numpy().astype(np.float32)
         keys = scenario_keys(scenario)
-        genesis = _genesis(scenario, [k.public_key for k in keys], [len(d) for d in client_data], theta0)
+        sizes = [client_data.size(i) for i in range(scenario.members)]
+        genesis = _genesis(scenario, [k.public_key for k in keys], sizes, theta0)
         p = scenario.protocol
         strategy = strategy_from_params(p.algorithm, dict(genesis.protocol.params)) if p.mode != "committee" else None
         return cls(
@@ -161,7 +233,8 @@ class World:
         ``addrs[i]``) trains on partition ``i``. ``concilium testnet init`` uses it with fresh keys."""
         if len(public_keys) != len(self.client_data):
             raise ValueError(f"{len(public_keys)} keys for {len(self.client_data)} members")
-        return _genesis(self.scenario, list(public_keys), [len(d) for d in self.client_data], self.theta0, addrs)
+        sizes = [self.client_data.size(i) for i in range(len(self.client_data))]
+        return _genesis(self.scenario, list(public_keys), sizes, self.theta0, addrs)
 
     def public_eval(self) -> PublicEval | None:
         """The public-split evaluator the strategy scores models with (Sself, FedAsync's entropy filter), or None

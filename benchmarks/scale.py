@@ -1,0 +1,168 @@
+"""Many simulated members on one machine: cost per round, memory and traffic against the member count.
+
+    python benchmarks/scale.py [--members 1000 10000] [--rounds 20] [--scenario scenarios/scale_10k.toml]
+                               [--workers 0] [--no-ledger] [--models-for-all] [--root DIR] [--json out.json]
+
+Runs the scenario (default ``scenarios/scale_10k.toml``: coordinator-mode FedAvg, 100 clients sampled per round,
+a committee of 7, the digits MLP) once per member count, each in a fresh process (so that its peak memory is its
+own), with everything else equal: the same 100 clients sampled per round, the same local datasets
+(``data.local_datasets``). Training runs in the simulation's process (``--workers 0``, the default) so that it can
+be timed and taken out: per round,
+
+* ``wall/round``: (wall time at the last round − wall time at round 1) / (rounds − 1): start-up and round 1 left
+  out (``setup`` is shown apart);
+* ``train/round``: wall time inside the local training jobs (``Simulation._run_job``) over the same rounds;
+* ``framework ms/client``: (wall/round − train/round) / clients sampled per round, and the same from CPU time
+  of the process (``cpu ms/client``; steadier on a shared machine);
+* ``peak RSS``: the process's ``ru_maxrss`` (the ledger writer is a forked process of its own, not counted);
+* traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged);
+  ``--models-for-all`` pushes every new model to every member, as before issue 16 item 5 (the same ledger).
+
+``--root DIR`` runs the members from another checkout (e.g. ``git worktree add /tmp/before <commit>``; the scenario
+needs a tree that knows ``data.local_datasets``). Prints a table and the growth from the first member count to
+the last; ``--json`` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("pbft", "model", "update", "scores", "want", "blobs")
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """One run in this process (``--child``): the figures as a dict."""
+    import resource
+    import time
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    from sim import Simulation, load_scenario
+
+    sc = load_scenario(args.scenario, members=args.child, rounds=args.rounds)
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        s = Simulation(sc, workers=args.workers, ledger_dir=None if args.no_ledger else Path(tmp) / "ledger",
+                       **({"models_for_all": True} if args.models_for_all else {}))
+        t1, c1 = time.perf_counter(), time.process_time()
+        train = [0.0, 0.0]
+        run_job = s._run_job
+
+        def timed(spec: Any) -> Any:
+            a, b = time.perf_counter(), time.thread_time()
+            try:
+                return run_job(spec)
+            finally:
+                train[0] += time.perf_counter() - a
+                train[1] += time.thread_time() - b
+
+        s._run_job = timed  # type: ignore[method-assign]
+        marks: list[tuple[float, float, float, float]] = []  # per round: wall, cpu, train wall, train cpu
+        s._on_round = lambda m: marks.append((time.perf_counter(), time.process_time(), train[0], train[1]))
+        res = s.run()
+    t2 = time.perf_counter()
+    rounds = len(res.rounds)
+    span = max(1, rounds - 1)
+    (w1, c1r, tw1, tc1), (wn, cnr, twn, tcn) = marks[0], marks[-1]
+    clients = max(1, round(sum(m.accepted + m.rejected for m in res.rounds) / rounds))
+    wall_round, cpu_round = (wn - w1) / span, (cnr - c1r) / span
+    train_round, train_cpu_round = (twn - tw1) / span, (tcn - tc1) / span
+    traffic: dict[str, list[float]] = {}
+    by_round = getattr(res, "traffic_by_round", None)
+    if by_round is None:  # a tree from before issue 16 (--root): the run's totals, round 1 included
+        by_round = [{k: (res.messages_by_kind[k], b) for k, b in res.bytes_by_kind.items()}]
+        by_round = [{k: (n / rounds, b / rounds) for k, (n, b) in by_round[0].items()}] * rounds
+    later = by_round[1:] or by_round
+    for t in later:
+        for k, (n, b) in t.items():
+            acc = traffic.setdefault(k, [0.0, 0.0])
+            acc[0] += n / len(later)
+            acc[1] += b / len(later)
+    return {
+        "members": sc.members,
+        "rounds": rounds,
+        "clients_per_round": clients,
+        "committee": sc.protocol.committee_size,
+        "workers": args.workers,
+        "ledger": not args.no_ledger,
+        "models_for_all": args.models_for_all,
+        "import_and_setup_s": t1 - t0,
+        "setup_cpu_s": c1 - c0,
+        "run_s": t2 - t1,
+        "wall_per_round_s": wall_round,
+        "cpu_per_round_s": cpu_round,
+        "train_per_round_s": train_round,
+        "train_cpu_per_round_s": train_cpu_round,
+        "framework_ms_per_client": 1000 * (wall_round - train_round) / clients,
+        "framework_cpu_ms_per_client": 1000 * (cpu_round - train_cpu_round) / clients,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "traffic_per_round": {k: {"messages": v[0], "bytes": v[1]} for k, v in sorted(traffic.items())},
+        "bytes_per_round": sum(v[1] for v in traffic.values()),
+        "final_accuracy": res.final_accuracy,
+        "head": res.head_hash.hex(),
+    }
+
+
+def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(members), "--rounds", str(args.rounds),
+           "--scenario", str(args.scenario), "--workers", str(args.workers)]
+    if args.no_ledger:
+        cmd.append("--no-ledger")
+    if args.models_for_all:
+        cmd.append("--models-for-all")
+    env = dict(os.environ, PYTHONPATH=str(args.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(cmd, env=env, cwd=str(args.root), check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--members", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--scenario", type=Path, default=ROOT / "scenarios" / "scale_10k.toml")
+    ap.add_argument("--workers", type=int, default=0, help="training workers (0: in-process, so training can be timed)")
+    ap.add_argument("--no-ledger", action="store_true", help="keep no results ledger (default: one in a temp dir)")
+    ap.add_argument("--models-for-all", action="store_true",
+                    help="push every new model to every member (the traffic before issue 16 item 5; same ledger)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose sim/ runs (default: this one)")
+    ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.scenario = args.scenario.resolve()
+    if args.child is not None:
+        sys.path.insert(0, str(Path.cwd()))
+        print(json.dumps(child(args)))
+        return
+    rows = []
+    print(f"{args.scenario.name}, {args.rounds} rounds, workers={args.workers}, ledger={'off' if args.no_ledger else 'on'}, "
+          f"models to {'all' if args.models_for_all else 'the next round'}, sim from {args.root}")
+    head = (f"{'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
+            f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")
+    print(head)
+    for m in args.members:
+        r = run_one(args, m)
+        rows.append(r)
+        kinds = " ".join(f"{k}={v['bytes'] / 1e6:.2f}" for k, v in r["traffic_per_round"].items())
+        print(f"{r['members']:>8} {r['clients_per_round']:>7} {r['import_and_setup_s']:>8.2f} {r['wall_per_round_s']:>12.3f} "
+              f"{r['train_per_round_s']:>13.3f} {r['framework_ms_per_client']:>19.2f} "
+              f"{r['framework_cpu_ms_per_client']:>13.2f} {r['peak_rss_mb']:>11.0f} {r['bytes_per_round'] / 1e6:>9.1f}  {kinds}",
+              flush=True)
+    if len(rows) > 1:
+        a, b = rows[0], rows[-1]
+        print(f"{b['members']} vs {a['members']} members ({b['members'] / a['members']:.0f}x): "
+              f"wall/round {b['wall_per_round_s'] / a['wall_per_round_s']:.2f}x, "
+              f"framework per client-round {b['framework_ms_per_client'] / a['framework_ms_per_client']:.2f}x "
+              f"(cpu {b['framework_cpu_ms_per_client'] / a['framework_cpu_ms_per_client']:.2f}x), "
+              f"peak RSS {b['peak_rss_mb'] / a['peak_rss_mb']:.2f}x, bytes/round {b['bytes_per_round'] / a['bytes_per_round']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"scenario": str(args.scenario), "rows": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Many simulated members (issue 16 items 4 and 5): what a member outside the round costs and receives.
+
+With ``network.model_push = "participants"`` a member outside the next round receives the decided block but not
+the new model; the network still draws that push's randomness, so the ledger stays what it is with the full push
+(unless a member would have fetched a model it missed: ``NetworkConfig.model_push``). Members share what is pure:
+the chain context's memos, the round rules (a height's client sample and next committee), the genesis state, the
+initial model blob, the decoded global model; local datasets are index arrays into the pool, made when a member
+trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learning._blobs import vector_to_blob
+from learning._partition import partition_dataset, partition_spec
+from sim import Simulation, load_scenario
+from node._errors import ConfigFileError
+from node.core import Transmit
+from sim._rng import RngTree
+from sim._scenario import LinkConfig
+from sim._world import MemberData, World
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def _scale(members: int, rounds: int, clients: int = 20, steps: int = 2, **network: object):
+    sc = load_scenario(SCENARIOS / "scale_10k.toml", members=members, rounds=rounds)
+    return dataclasses.replace(
+        sc,
+        protocol=dataclasses.replace(sc.protocol, params={"clients": clients}),
+        training=dataclasses.replace(sc.training, steps=steps),
+        network=dataclasses.replace(sc.network, **network),
+    )
+
+
+def _parse(traffic: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for item in traffic.split():
+        kind, counts = item.split("=")
+        n, b = counts.split("/")
+        out[kind] = (int(n), int(b))
+    return out
+
+
+def test_traffic_by_kind_per_round_adds_up_to_the_totals():
+    res = Simulation(load_scenario(SCENARIOS / "quickstart.toml", rounds=2), workers=0).run()
+    assert len(res.traffic_by_round) == len(res.rounds) == 2
+    for m, t in zip(res.rounds, res.traffic_by_round):
+        assert _parse(m.traffic) == t
+        assert set(t) <= {"pbft", "model", "update", "scores", "want", "blobs"}
+        assert {"pbft", "update", "scores"} <= set(t)  # committee mode: updates, score rows, pBFT every round
+    # the cumulative counters at the last round are the rounds' sums; the run's totals add what was sent after it
+    last = res.rounds[-1]
+    assert last.bytes_sent == sum(b for t in res.traffic_by_round for _, b in t.values())
+    assert last.messages == sum(n for t in res.traffic_by_round for n, _ in t.values())
+    for kind, total in res.bytes_by_kind.items():
+        assert sum(t.get(kind, (0, 0))[1] for t in res.traffic_by_round) <= total
+
+
+@pytest.mark.parametrize("name", ["quickstart.toml", "committee_crash.toml"])
+def test_a_member_outside_the_next_round_gets_the_block_but_no_model_and_the_ledger_is_the_same(name):
+    sc = load_scenario(SCENARIOS / name, rounds=3)
+    assert sc.network.model_push == "all"  # the default: every member gets the model
+    lean = Simulation(sc, workers=0, models_for_all=False)
+    pushes = {"Transmit": 0, "Withheld": 0}
+    send = lean._send
+
+    def watch(frm, fx, *, tampered=False):
+        if fx.kind == "model":
+            # the proposer pushes while committing: its status already shows the next round
+            nxt = lean.nodes[frm].status()
+            has_role = fx.to in nxt.trainers or fx.to in nxt.committee
+            assert has_role == isinstance(fx, Transmit), (type(fx).__name__, fx.to)
+            pushes[type(fx).__name__] += 1
+        send(frm, fx, tampered=tampered)
+
+    lean._send = watch
+    res = lean.run()
+    full = Simulation(sc, workers=0, models_for_all=True).run()
+    assert pushes["Transmit"] > 0 and pushes["Withheld"] > 0
+    # the cut changes no ledger: the same head (so every block), the same decisions round by round
+    assert res.head_hash == full.head_hash
+    assert [(m.accepted, m.committee, m.view) for m in res.rounds] == [(m.accepted, m.committee, m.view) for m in full.rounds]
+    assert res.bytes_by_kind["model"] < full.bytes_by_kind["model"]
+    assert res.bytes_by_kind["pbft"] == full.bytes_by_kind["pbft"]  # everyone still receives every block
+    assert res.messages_by_kind.get("want", 0) == full.messages_by_kind.get("want", 0)  # nobody fetches it instead
+
+
+def test_five_hundred_members_cost_what_their_rounds_need_not_the_square_of_the_members():
+    Simulation(_scale(100, 1), workers=0)  # imports and the dataset loaded outside the measurement
+    sc = _scale(500, 2, clients=20)
+    c0 = time.process_time()
+    s = Simulation(sc, workers=0)
+    res = s.run()
+    cpu = time.process_time() - c0
+    # before issue 16, every node hashed the 500-member genesis and ranked every member for each height's plan
+    # (3.0 s of CPU for this build and run at commit 42acaa5 on a 2-core machine); now about 0.4 s
+    assert cpu < 1.5, f"500 members, 2 rounds took {cpu:.2f} s of CPU"
+    model_push = len(vector_to_blob(s.theta0)) + 128  # one model blob in an envelope
+    committee = sc.protocol.committee_size
+    for t in res.traffic_by_round:
+        n, b = t.get("model", (0, 0))
+        assert n <= 20 + committee and b <= n * model_push, t  # the next round's members only, not all 500
+    # one global model object shared by the members that hold it (the validators keep the one they computed)
+    held = {id(node.model) for node in s.nodes.values() if node.model is not None}
+    assert len(held) <= committee + 2, len(held)
+    assert sum(node.model is None for node in s.nodes.values()) > 400
+    # local datasets made for the members that trained only
+    trained = {s.index[p] % sc.data.local_datasets for p, (_, t) in res.acceptance.items() if t}
+    assert isinstance(s.client_data, MemberData) and len(s.client_data._made) <= len(trained) + committee
+
+
+def test_member_data_is_the_partition_bit_for_bit_and_shared_by_index():
+    sc = load_scenario(SCENARIOS / "scale_10k.toml", members=250, rounds=1)
+    world = World.build(sc)
+    data = world.client_data
+    assert len(data) == 250
+    rng = RngTree(sc.seed)
+    part = partition_dataset(partition_spec("iid", {"num_clients": 100}), world.train,
+                             seed=rng.child("partition").seed64() % 2**32)
+    expect = part.client_datasets(world.train)
+    for i in (0, 1, 99, 100, 199, 249):
+        d, e = data[i], expect[i % 100]
+        assert np.array_equal(d.x.numpy(), e.x.numpy()) and np.array_equal(d.y.numpy(), e.y.numpy())
+        assert data.size(i) == len(e) and np.array_equal(data.labels(i), e.labels)
+    assert data[7] is data[107]  # one made copy per local dataset
+    with pytest.raises(IndexError):
+        data[250]
+    with pytest.raises(ConfigFileError, match="local_datasets exceeds members"):
+        load_scenario(SCENARIOS / "scale_10k.toml", members=50)
+
+
+def test_link_latencies_drawn_row_by_row_equal_the_full_matrix():
+    sc = _scale(120, 1, latency_spread=0.7, bandwidth_spread=0.3, links=(LinkConfig(a=3, b=5, latency_ms=7.5),))
+    s = Simulation(sc, workers=0)
+    n = sc.members
+    lrng = RngTree(sc.seed).child("links").numpy()
+    dense = sc.network.latency_ms * (1.0 + sc.network.latency_spread * lrng.random((n, n)))
+    uplink = sc.network.bandwidth_mbps / (1.0 + sc.network.bandwidth_spread * lrng.random(n))
+    for link in sc.network.links:
+        dense[link.a, link.b] = dense[link.b, link.a] = link.latency_ms
+    assert np.array_equal(s._uplink_mbps, uplink)
+    for a in (0, 3, 5, 77, 119):
+        assert [s._latency_ms(a, b) for b in range(n)] == dense[a].tolist()
