@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[net,dev]"
+	$(PY) -m pip install -q -e ".[net,dev,ray,web]"
 	$(PY) -c "import torch, libp2p, ledger; print('concilium environment ready: torch', torch.__version__)"
 	touch $(STAMP)
 

@@ -68,6 +68,16 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from node.keys import load_key  # noqa: PLC0415
 
     cfg = _node_inputs(args)
+    if args.http is not None:  # checked before anything heavy starts: the extra is there, the address can listen
+        from node.explorer import bind, parse_listen, require_web  # noqa: PLC0415
+
+        try:
+            require_web()
+            bind(*parse_listen(args.http)).close()
+        except (ImportError, ValueError) as e:
+            raise ConfigFileError(f"--http {args.http}: {e}") from None
+        except OSError as e:
+            raise ConfigFileError(f"--http {args.http}: cannot listen ({e.strerror})") from None
     genesis = load_genesis(cfg.genesis)
     key = load_key(cfg.key)
     if key.peer_id not in genesis.member_ids:
@@ -126,6 +136,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         stop_at_height=args.until_height,
         linger_s=max(0.0, min(args.linger, 3600.0)),
         limits=limits,
+        http=args.http,
     )
     from consensus import DurableStateError  # noqa: PLC0415
 
@@ -257,6 +268,10 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--linger", type=float, default=3.0,
                     help="with --until-height: seconds to keep serving peers after it (default 3)")
     ns.add_argument("--threads", type=int_in(1, 256), default=1, help="torch threads for local training (default 1)")
+    ns.add_argument("--http", metavar="HOST:PORT",
+                    help="serve the ledger explorer, /status (JSON) and /metrics (Prometheus) on this address, "
+                         "e.g. 127.0.0.1:8080 (needs pip install 'concilium[web]'; keep it on 127.0.0.1 or a "
+                         "private interface)")
     ns.set_defaults(func=cmd_node_start)
 
     nst = n.add_parser("status", help="print a node's last status (exit 1 if older than --max-age seconds)")

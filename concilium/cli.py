@@ -37,17 +37,23 @@ from ledger import (
     ModelSpec,
     ProtocolParams,
     audit_chain,
-    decode,
     make_proof,
     public_key_from_peer_id,
     sha256,
-    to_json_value,
     verify_proof,
 )
 from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
 from ledger.store import CorruptStoreError, create_ledger, open_ledger
 from node._errors import NodeError, Terminated
-from node.config import INT_MAX, check_multiaddr, dump_genesis, load_genesis, record_to_toml, write_file_atomic
+from node.config import INT_MAX, check_multiaddr, dump_genesis, load_genesis, write_file_atomic
+from node.explorer import (
+    CannotReexecute,
+    audit_ledger,
+    block_summary,
+    export_document,
+    genesis_document,
+    proof_document,
+)
 from node.keys import generate_key, load_key, save_key
 
 from concilium._net import add_parsers as add_net_parsers
@@ -211,7 +217,7 @@ def cmd_genesis_create(args: argparse.Namespace) -> int:
 
 def cmd_genesis_show(args: argparse.Namespace) -> int:
     g = load_genesis(args.genesis)
-    print(json.dumps({"genesis_hash": g.hash().hex(), **record_to_toml(g)}, indent=2))
+    print(json.dumps(genesis_document(g), indent=2))
     return EXIT_OK
 
 
@@ -225,75 +231,43 @@ def _open_ro(path: str) -> tuple[Any, Any]:
     return open_ledger(path, readonly=True)
 
 
+def _public_for(path: Path) -> Any:
+    """The public split a results ledger's strategy scores models on (Sself), rebuilt from the results folder's
+    scenario.toml, or None (imports ``sim``: only when an audit needs it)."""
+    from sim import public_eval_for_ledger
+
+    return public_eval_for_ledger(Path(path))
+
+
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     if args.reexec == "yes" and args.no_blobs:
         raise CliError("--reexec yes re-executes every round from the blobs, which --no-blobs skips")
-    try:
-        store, blobs = open_ledger(args.path, readonly=True, check_index=False)
-    except CorruptStoreError as e:
-        print(e.verdict())
-        return EXIT_INVALID
-    with store:
-        genesis = store.genesis()
-        if args.genesis:
-            trusted = load_genesis(args.genesis)
-            if trusted.hash() != genesis.hash():
-                print(f"FAIL at height 0: the ledger's genesis differs from {args.genesis}")
-                return EXIT_INVALID
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        from node.reexec import reexecutor_for
+    bars: list[Any] = []
 
-        rx = None if args.reexec == "no" or args.no_blobs else reexecutor_for(genesis)
-        if rx is None and args.reexec != "no" and not args.no_blobs:
-            # a strategy that scores models on a public split (Sself): rebuild it from the results folder's
-            # scenario.toml, if this ledger is a simulation's
-            from sim import public_eval_for_ledger
-
-            public = public_eval_for_ledger(Path(args.path))
-            if public is not None:
-                rx = reexecutor_for(genesis, public=public)
-        if args.reexec == "yes" and rx is None:
-            raise CliError(f"{args.path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}")
+    def start(total: int) -> None:
         # progress on stderr, only when it is a terminal (disable=None), so scripts see one line
-        with tqdm(total=store.height(), desc="verify", unit="block", file=sys.stderr, disable=None, leave=False) as bar:
-            report = audit_chain(
-                genesis,
-                store.iter_rows(),
-                blobs=None if args.no_blobs else blobs,
-                expect_height=args.expect_height,
-                reexecutor=rx,
-                on_block=lambda _h: bar.update(1),
-            )
-        warning = store.warning
-    note = ""
-    if report.ok and rx is None and args.no_blobs:
-        note = " (rounds not re-executed: --no-blobs skips the blobs that re-execution reads)"
-    elif report.ok and rx is None and args.reexec == "auto":
-        note = f" (rounds not re-executed: algorithm {genesis.protocol.algorithm!r} has no re-executor)"
-    if warning:
-        note += f"; WARNING: {warning}"
-    print(report.line() + note)
-    return EXIT_OK if report.ok else EXIT_INVALID
+        bars.append(tqdm(total=total, desc="verify", unit="block", file=sys.stderr, disable=None, leave=False))
 
-
-def _block_summary(block: Any) -> dict[str, Any]:
-    hd, pl = block.header, block.payload
-    return {
-        "height": hd.height,
-        "hash": hd.hash().hex(),
-        "prev_hash": hd.prev_hash.hex(),
-        "fl_round": hd.fl_round,
-        "view": hd.view,
-        "proposer": hd.proposer,
-        "time_ms": hd.time_ms,
-        "updates": [{"peer": u.peer, "digest": u.digest.hex(), "n_samples": u.n_samples} for u in pl.updates],
-        "model_digest": pl.model_digest.hex(),
-        "next_committee": list(pl.next_committee),
-        "certified_by": [s.signer for s in block.certificate.signatures],
-        "evidence": [{"kind": e.kind, "offender": e.offender, "reason": e.reason} for e in pl.evidence],
-        "record": to_json_value(pl.record),
-    }
+    try:
+        outcome = audit_ledger(
+            args.path,
+            trusted_genesis=args.genesis,
+            reexec=args.reexec,
+            no_blobs=args.no_blobs,
+            expect_height=args.expect_height,
+            public_for=_public_for,
+            on_start=start,
+            on_block=lambda _h: bars[0].update(1),
+        )
+    except CannotReexecute as e:  # --reexec yes on an algorithm this concilium cannot re-execute
+        raise CliError(str(e)) from None
+    finally:
+        for bar in bars:
+            bar.close()
+    print(outcome.line)
+    return EXIT_OK if outcome.ok else EXIT_INVALID
 
 
 def cmd_ledger_show(args: argparse.Namespace) -> int:
@@ -317,9 +291,9 @@ def cmd_ledger_show(args: argparse.Namespace) -> int:
                 note = f"; {store.warning}" if store.warning else ""
                 raise CliError(f"{args.path}: no block at height {args.height} (height is {store.height()}{note})")
             elif args.height == 0:
-                text = json.dumps({"genesis_hash": g.hash().hex(), **record_to_toml(g)}, indent=2)
+                text = json.dumps(genesis_document(g), indent=2)
             else:
-                text = json.dumps(_block_summary(store.get_checked(args.height)), indent=2)
+                text = json.dumps(block_summary(store.get_checked(args.height)), indent=2)
             warning = store.warning
     except CorruptStoreError as e:
         print(e.verdict())
@@ -334,14 +308,7 @@ def cmd_ledger_export(args: argparse.Namespace) -> int:
     try:
         store, _ = _open_ro(args.path)
         with store:
-            g = store.genesis()
-            out = {
-                "format": "concilium-ledger-export/1",
-                "note": "bytes are hex; this is a view, the canonical bytes are in the ledger",
-                "genesis_hash": g.hash().hex(),
-                "genesis": to_json_value(g.to_value()),  # type: ignore[attr-defined]
-                "blocks": [{"hash": b.hash().hex(), **to_json_value(decode(raw))} for _h, raw, b in store.iter_checked()],
-            }
+            out = export_document(store)
             warning = store.warning
     except CorruptStoreError as e:
         print(e.verdict())
@@ -376,20 +343,7 @@ def cmd_ledger_proof(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     if warning:
         print(f"concilium: warning: {warning}", file=sys.stderr)
-    doc = {
-        "format": "concilium-inclusion-proof/1",
-        "summary": {
-            "chain_id": proof.chain_id,
-            "height": proof.header.height,
-            "block_hash": proof.header.hash().hex(),
-            "peer": proof.commitment.peer,
-            "update_digest": proof.commitment.digest.hex(),
-            "n_samples": proof.commitment.n_samples,
-            "leaf": proof.index,
-            "leaves": proof.tree_size,
-        },
-        "proof": proof.encode().hex(),  # type: ignore[attr-defined]
-    }
+    doc = proof_document(proof)
     _emit(json.dumps(doc, indent=1), args.out, f"proof of {args.peer}'s update at height {args.height}")
     return EXIT_OK
 
@@ -425,6 +379,37 @@ def cmd_ledger_verify_proof(args: argparse.Namespace) -> int:
     except LedgerError as e:
         print(f"FAIL: {e}")
         return EXIT_INVALID
+    return EXIT_OK
+
+
+def cmd_ledger_serve(args: argparse.Namespace) -> int:
+    """The read-only web explorer over a ledger (``node.explorer``) until Ctrl-C or SIGTERM (exit 0)."""
+    from node.explorer import bind, create_app, host_names, parse_listen, require_web
+
+    try:
+        require_web()
+    except ImportError as e:
+        raise CliError(str(e)) from None
+    try:
+        host, port = parse_listen(f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}")
+    except ValueError as e:
+        raise CliError(f"--host {args.host}: {e}") from None
+    store, _ = _open_ro(args.path)  # a ledger that can be read, or one line and exit 2 (1 if it is corrupt)
+    store.close()
+    if args.genesis:
+        load_genesis(args.genesis)  # a bad trusted genesis file: exit 2 now, not at the first audit
+    if args.results is not None and not Path(args.results).is_dir():
+        raise CliError(f"--results {args.results}: no such folder")
+    app = create_app(args.path, results=args.results, trusted_genesis=args.genesis, public_for=_public_for,
+                     allowed_hosts=host_names(host))
+    try:
+        sock = bind(host, port)
+    except OSError as e:
+        raise CliError(f"--host/--port {host}:{port}: cannot listen ({e.strerror})") from None
+    from node.explorer._serve import serve_asyncio, url_of
+
+    print(f"explorer of {args.path} (read-only) at {url_of(sock)}  (Ctrl-C stops)", flush=True)
+    serve_asyncio(app, sock)
     return EXIT_OK
 
 
@@ -492,26 +477,42 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     from consensus import ConsensusError
     from learning._errors import LearningError
     from sim import LivenessError
+    from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
+
+    executor = None
+    if args.executor == "ray":
+        if args.workers is not None:
+            raise CliError("--workers: applies to the local executor, not to --executor ray")
+        executor = RayExecutor(address=args.ray_address, gpu_fraction=args.ray_gpu_fraction or GPU_FRACTION_DEFAULT)
+    elif args.ray_address is not None or args.ray_gpu_fraction is not None:
+        raise CliError("--ray-address, --ray-gpu-fraction: need --executor ray")
+
+    def show(summary: dict[str, Any]) -> None:  # as soon as the summary is written; the plots may still be drawing
+        print(
+            f"{summary['scenario']}: {summary['rounds']} rounds, final accuracy {summary['final_accuracy']:.4f}, "
+            f"head {summary['head_hash'][:16]}, Byzantine updates accepted {summary['byzantine_accepted_total']}, "
+            f"view changes {summary['view_changes']}, {summary['wall_seconds']:.1f} s"
+        )
+        print(f"ledger: {summary['ledger_verdict']}")
+        if executor is not None and executor.stats:
+            st = executor.stats
+            print(f"ray: {st['trainers']} trainers, {st['jobs']} jobs, {st['models']} models sent for {st['rounds']} rounds trained")
+        print(f"results in {out}/ (ledger/, metrics.csv, summary.json, accuracy.png, acceptance.png)", flush=True)
 
     try:
         summary = run_scenario(
             scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers,
-            force=args.force,
+            force=args.force, executor=executor, on_summary=show,
         )
     except FileExistsError as e:
         raise CliError(str(e)) from None
     except (LearningError, ConsensusError) as e:
         raise CliError(f"{scenario}: {e}") from None
+    except RayClusterError as e:
+        raise CliError(f"--executor ray: {e}") from None
     except LivenessError as e:
         print(f"FAIL: {e}")
         return EXIT_INVALID
-    print(
-        f"{summary['scenario']}: {summary['rounds']} rounds, final accuracy {summary['final_accuracy']:.4f}, "
-        f"head {summary['head_hash'][:16]}, Byzantine updates accepted {summary['byzantine_accepted_total']}, "
-        f"view changes {summary['view_changes']}, {summary['wall_seconds']:.1f} s"
-    )
-    print(f"ledger: {summary['ledger_verdict']}")
-    print(f"results in {out}/ (ledger/, metrics.csv, summary.json, accuracy.png, acceptance.png)")
     return EXIT_OK if summary["ledger_verified"] else EXIT_INVALID
 
 
@@ -540,6 +541,17 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r:.40}") from None
+    if not 0.0 < v <= 1.0:  # (NaN fails too)
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text:.40}")
+    return v
 
 
 INT63_MAX = 2**63 - 1
@@ -609,6 +621,18 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("proof")
     vp.add_argument("--genesis", required=True)
     vp.set_defaults(func=cmd_ledger_verify_proof)
+    sv = lg.add_parser("serve", help="serve a read-only web explorer of a ledger (blocks, members, proofs, audit)",
+                       description="Serve a read-only web explorer of a ledger: overview, blocks, one block, one "
+                                   "member, inclusion proofs, the audit (the checks of ledger verify) and a JSON "
+                                   "API under /api/. Needs pip install 'concilium[web]'.")
+    sv.add_argument("path", help="ledger directory (or its chain.sqlite)")
+    sv.add_argument("--genesis", help="trusted genesis file the audit compares the ledger's genesis with")
+    sv.add_argument("--results", help="results folder with metrics.csv for the accuracy plot "
+                                      "(default: the folder the ledger is in, if it has one)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="IP address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=_int_in(0, 65535), default=8080, help="TCP port (default 8080; 0 = any free port)")
+    sv.set_defaults(func=cmd_ledger_serve)
     d = lg.add_parser("demo", help="build a signed multi-member demo chain in OUT/ledger and verify it")
     d.add_argument("--out", default="results/ledger-demo", help="results folder (new or empty; see --force)")
     d.add_argument("--force", action="store_true",
@@ -637,6 +661,15 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--workers", type=_int_in(0, WORKERS_MAX), default=None,
                     help="forked processes that train beside the simulator (default: usable cores - 1, at most 3, "
                          "on Linux with CPU training; 0 = train in-process). The results do not depend on it.")
+    sr.add_argument("--executor", choices=("local", "ray"), default="local",
+                    help="where local training jobs run: forked workers on this machine (local, the default) or a "
+                         "Ray cluster (ray; needs pip install 'concilium[ray]'). The results do not depend on it.")
+    sr.add_argument("--ray-address", metavar="ADDR",
+                    help="the Ray cluster to join, e.g. HEAD:6379 (default: RAY_ADDRESS, else a Ray instance "
+                         "started on this machine)")
+    sr.add_argument("--ray-gpu-fraction", type=_fraction, default=None, metavar="F",
+                    help="share of a GPU each Ray trainer asks for when the scenario trains on CUDA "
+                         "(default 0.25: four trainers per GPU)")
     sr.set_defaults(func=cmd_sim_run)
     add_net_parsers(sub, _int_in, ROUNDS_MAX)
     return ap
@@ -675,6 +708,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, so that a closed pipe is seen now and not at interpreter exit
+        if argv is None:  # the console script: the process ends now
+            import gc  # noqa: PLC0415
+
+            # the interpreter's exit would run the cycle collector over every object a run left (about 0.5-1.5 s
+            # after a W1 simulation); freed by the exit anyway, so it is not looked at
+            gc.freeze()
         return code
     except BrokenPipeError:
         return _stdout_gone()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Make sure the system packages that py-libp2p's `fastecdsa` needs to compile are present:
-# a C compiler, the Python headers of the interpreter in use, and GMP's headers (libgmp-dev).
+# a C compiler, the Python headers of the interpreter in use, and GMP's headers (libgmp-dev);
+# and Chromium, the browser the explorer's tests drive through Playwright (Playwright's own browser
+# download is not used: the distribution's package is).
 # Installs them with apt-get when run as root (or with sudo) on Debian/Ubuntu; otherwise says what to do.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
@@ -14,11 +16,12 @@ for d in /usr/include /usr/local/include /usr/include/x86_64-linux-gnu /usr/incl
   [ -f "$d/gmp.h" ] && gmp_found=1
 done
 [ "$gmp_found" = 1 ] || missing+=(libgmp-dev)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-echo "system packages needed to build py-libp2p's fastecdsa: ${missing[*]}"
+echo "system packages needed (py-libp2p's fastecdsa build, the explorer's browser tests): ${missing[*]}"
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then
@@ -30,6 +33,6 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 else
-  echo "error: install ${missing[*]} (gcc, the Python headers and GMP headers) with your package manager" >&2
+  echo "error: install ${missing[*]} (gcc, the Python headers, GMP headers, chromium) with your package manager" >&2
   exit 1
 fi

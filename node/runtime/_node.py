@@ -22,7 +22,8 @@ The core decides; this module only executes its effects (DESIGN.md, "The network
 
 Logs: one line per event, human-readable or JSON lines (``log_format="json"``: ``{"ts", "level", "event",
 ...}``), and a status line every ``status_every_s`` seconds (height, view, role, peers, last block, dropped
-inputs). :func:`run_node` returns on cancellation (SIGINT/SIGTERM in ``concilium node start``) with the
+inputs). With ``NodeOptions.http`` it also serves the ledger explorer over its live ledger, with ``/status`` and
+``/metrics`` (:mod:`node.explorer`, Hypercorn on trio in the node's nursery). :func:`run_node` returns on cancellation (SIGINT/SIGTERM in ``concilium node start``) with the
 store closed cleanly.
 """
 
@@ -88,6 +89,9 @@ class NodeOptions:
     linger_s: float = 3.0
     """After ``stop_at_height``: keep serving peers this long (they may still need the last block or blobs)."""
     limits: TransportLimits = field(default_factory=TransportLimits)
+    http: str | None = None
+    """``HOST:PORT`` to serve the ledger explorer, ``/status`` and ``/metrics`` on (``node.explorer``; needs the
+    ``web`` extra), or None for no HTTP endpoint."""
 
 
 class EventLog:
@@ -256,6 +260,7 @@ class NodeRuntime:
         self.adversary = adversary
         if adversary is not None:
             adversary.core = self.core
+        self._public = public
         self._nursery: trio.Nursery | None = None
         self._votes_version = self.core.replica.durable_version
         self._jobs: list[TrainJob] = []
@@ -268,6 +273,8 @@ class NodeRuntime:
         self.evidence = 0
         self.trained = 0
         self.train_failures = 0
+        self.train_seconds = 0.0
+        self.rounds = 0  # blocks this process stored (decided or synced): /metrics
         self.stored_height = self.store.height()
         self.last_height = min(options.stop_at_height or genesis.protocol.fl_rounds, genesis.protocol.fl_rounds)
         self._height_event = trio.Event()
@@ -386,6 +393,7 @@ class NodeRuntime:
             return
         self.store.append(block)  # a store that cannot append is fatal: the node stops (votes must not outrun it)
         self.stored_height = block.header.height
+        self.rounds += 1
         self._last_block = block
         self._on_stored(block)
 
@@ -449,9 +457,11 @@ class NodeRuntime:
                 try:
                     result = await trio.to_thread.run_sync(self._trainer, job)
                 except Exception as e:  # noqa: BLE001 - a failed local job sends nothing; the node goes on
+                    self.train_seconds += time.perf_counter() - t0
                     self.train_failures += 1
                     self.log("train", level="error", round=job.fl_round, purpose=job.purpose, error=f"{type(e).__name__}: {e}")
                     continue
+                self.train_seconds += time.perf_counter() - t0
                 if result is None or not np.isfinite(result.delta).all():
                     self.train_failures += 1
                     self.log("train", level="warning", round=job.fl_round, purpose=job.purpose, error="diverged or failed")
@@ -492,6 +502,33 @@ class NodeRuntime:
             },
         }
 
+    def metrics(self) -> dict[str, Any]:
+        """``status()`` plus the counters ``/metrics`` exports (``node.explorer._metrics``)."""
+        last = self._last_block
+        return {
+            **self.status(),
+            "chain": self.genesis.chain_id,
+            "peer": self.me,
+            "fl_round": last.header.fl_round if last is not None else 0,
+            "rounds": self.rounds,
+            "trained": self.trained,
+            "train_failures": self.train_failures,
+            "train_seconds": self.train_seconds,
+        }
+
+    async def _serve_http(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The explorer over this node's live ledger, with ``/status`` and ``/metrics``, on ``options.http``
+        (Hypercorn on trio, in this node's nursery: the endpoints read the runtime on its own event loop)."""
+        assert self.options.http is not None
+        from node.explorer import bind, create_app, host_names, parse_listen  # noqa: PLC0415 - the web extra
+        from node.explorer._serve import serve_trio  # noqa: PLC0415
+
+        host, port = parse_listen(self.options.http)
+        public = self._public
+        app = create_app(self.data_dir / LEDGER_DIR, node=self, public_for=lambda _path: public,
+                         allowed_hosts=host_names(host))
+        await serve_trio(app, bind(host, port), task_status=task_status)
+
     async def _status(self) -> None:
         while True:
             self._write_status()
@@ -524,6 +561,8 @@ class NodeRuntime:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.transport.run)
+                if self.options.http is not None:
+                    self.log("http", url=await nursery.start(self._serve_http))
                 self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
                          chain=self.genesis.chain_id, limits=_changed_limits(self.options.limits))
                 task_status.started()

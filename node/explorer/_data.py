@@ -1,0 +1,501 @@
+"""What the explorer and ``concilium ledger verify|show|export|proof`` show, computed in one place.
+
+The command line and the web explorer call the same functions, so a page, its ``/api/...`` JSON and the
+command's output come from the same code: :func:`audit_ledger` (``ledger verify``), :func:`block_summary`
+(``ledger show L H``), :func:`genesis_document` (``ledger show L 0``), :func:`export_block` and
+:func:`export_document` (``ledger export --json``), :func:`proof_document` (``ledger proof``).
+
+The views read a ledger opened read-only (``open_ledger(readonly=True)``, SQLite ``mode=ro``). Pages read
+only the rows they show: the blocks table is a keyset page over the ``height`` primary key and each row is
+read with ``get_checked`` (its bytes checked against the store's index columns); the whole chain is checked
+by the audit, which re-derives everything from the block bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger import (
+    COMMITTEE_MODE,
+    AuditReport,
+    Block,
+    Genesis,
+    InclusionProof,
+    audit_chain,
+    decode,
+    genesis_committee,
+    primary,
+    quorum_size,
+    to_json_value,
+)
+from ledger.store import CorruptStoreError, SqliteBlockStore, open_ledger, resolve_ledger_path
+from node.config import load_genesis, record_to_toml
+
+__all__ = [
+    "AuditOutcome",
+    "CannotReexecute",
+    "METRICS_CSV",
+    "audit_ledger",
+    "block_page",
+    "block_rows",
+    "block_summary",
+    "export_block",
+    "export_document",
+    "genesis_document",
+    "member_page",
+    "overview",
+    "proof_document",
+    "read_accuracy",
+    "results_dir_for",
+]
+
+EXPORT_FORMAT = "concilium-ledger-export/1"
+PROOF_FORMAT = "concilium-inclusion-proof/1"
+METRICS_CSV = "metrics.csv"
+METRICS_BYTES_MAX = 16 << 20
+"""A results folder's metrics.csv is one short row per round; a larger file is not read."""
+MEMBER_WINDOW = 1000
+"""Blocks scanned per page of a member's history (one member page never decodes the whole chain)."""
+
+
+# --- the command line's documents ------------------------------------------------------------
+
+
+def genesis_document(g: Genesis) -> dict[str, Any]:
+    """``concilium ledger show L 0`` and ``genesis show``: the genesis hash and the genesis as TOML values."""
+    return {"genesis_hash": g.hash().hex(), **record_to_toml(g)}
+
+
+def block_summary(block: Block) -> dict[str, Any]:
+    """``concilium ledger show L H``: one block's header, updates, committee, signers, evidence and record."""
+    hd, pl = block.header, block.payload
+    return {
+        "height": hd.height,
+        "hash": hd.hash().hex(),
+        "prev_hash": hd.prev_hash.hex(),
+        "fl_round": hd.fl_round,
+        "view": hd.view,
+        "proposer": hd.proposer,
+        "time_ms": hd.time_ms,
+        "updates": [{"peer": u.peer, "digest": u.digest.hex(), "n_samples": u.n_samples} for u in pl.updates],
+        "model_digest": pl.model_digest.hex(),
+        "next_committee": list(pl.next_committee),
+        "certified_by": [s.signer for s in block.certificate.signatures],
+        "evidence": [{"kind": e.kind, "offender": e.offender, "reason": e.reason} for e in pl.evidence],
+        "record": to_json_value(pl.record),
+    }
+
+
+def export_block(raw: bytes, block: Block) -> dict[str, Any]:
+    """One entry of ``ledger export --json``'s ``blocks``: the block's hash and its canonical value as JSON."""
+    return {"hash": block.hash().hex(), **to_json_value(decode(raw))}
+
+
+def export_document(store: SqliteBlockStore) -> dict[str, Any]:
+    """``concilium ledger export --json`` (every row checked as ``iter_checked`` does; raises
+    :class:`CorruptStoreError` at the first bad one)."""
+    g = store.genesis()
+    return {
+        "format": EXPORT_FORMAT,
+        "note": "bytes are hex; this is a view, the canonical bytes are in the ledger",
+        "genesis_hash": g.hash().hex(),
+        "genesis": to_json_value(g.to_value()),  # type: ignore[attr-defined]
+        "blocks": [export_block(raw, b) for _h, raw, b in store.iter_checked()],
+    }
+
+
+def proof_document(proof: InclusionProof) -> dict[str, Any]:
+    """``concilium ledger proof``'s JSON file: a readable summary and the canonical proof bytes (hex), which
+    ``ledger verify-proof`` checks against a genesis."""
+    return {
+        "format": PROOF_FORMAT,
+        "summary": {
+            "chain_id": proof.chain_id,
+            "height": proof.header.height,
+            "block_hash": proof.header.hash().hex(),
+            "peer": proof.commitment.peer,
+            "update_digest": proof.commitment.digest.hex(),
+            "n_samples": proof.commitment.n_samples,
+            "leaf": proof.index,
+            "leaves": proof.tree_size,
+        },
+        "proof": proof.encode().hex(),  # type: ignore[attr-defined]
+    }
+
+
+# --- the audit -------------------------------------------------------------------------------
+
+
+class CannotReexecute(ValueError):
+    """``reexec="yes"`` on a chain whose algorithm this concilium cannot re-execute (bad input)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOutcome:
+    """The verdict of :func:`audit_ledger`: ``line`` is what ``concilium ledger verify`` prints."""
+
+    ok: bool
+    line: str
+    first_bad_height: int | None = None
+    reason: str | None = None
+    report: AuditReport | None = None
+
+
+def audit_ledger(
+    path: str | os.PathLike[str],
+    *,
+    trusted_genesis: str | os.PathLike[str] | None = None,
+    reexec: str = "auto",
+    no_blobs: bool = False,
+    expect_height: int | None = None,
+    public_for: Callable[[Path], Any] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_block: Callable[[int], None] | None = None,
+) -> AuditOutcome:
+    """Every check of ``concilium ledger verify``: open the ledger read-only, compare its genesis with
+    ``trusted_genesis`` (a genesis file), and run :func:`ledger.audit_chain` over every stored row with the
+    blobs and, by ``reexec`` (``auto``/``yes``/``no``), the re-execution of every round.
+
+    ``public_for(path)`` rebuilds the public split a strategy that scores models on one needs (Sself), or
+    returns None. ``on_start(total)`` is called once the height is known, ``on_block(h)`` after each block.
+    Raises ``StoreError`` when the path is not a ledger that can be read, ``NodeError`` for a bad genesis file,
+    and :class:`CannotReexecute` when ``reexec="yes"`` but the algorithm cannot be re-executed.
+    """
+    try:
+        store, blobs = open_ledger(path, readonly=True, check_index=False)
+    except CorruptStoreError as e:
+        return AuditOutcome(False, e.verdict(), e.height, e.reason)
+    with store:
+        genesis = store.genesis()
+        if trusted_genesis is not None:
+            trusted = load_genesis(trusted_genesis)
+            if trusted.hash() != genesis.hash():
+                reason = f"the ledger's genesis differs from {trusted_genesis}"
+                return AuditOutcome(False, f"FAIL at height 0: {reason}", 0, reason)
+        from node.reexec import reexecutor_for  # noqa: PLC0415 - imports torch: only for an audit
+
+        rx = None if reexec == "no" or no_blobs else reexecutor_for(genesis)
+        if rx is None and reexec != "no" and not no_blobs and public_for is not None:
+            # a strategy that scores models on a public split (Sself): rebuilt by the caller (from a results
+            # folder's scenario.toml, or the node's own split)
+            public = public_for(Path(path))
+            if public is not None:
+                rx = reexecutor_for(genesis, public=public)
+        if reexec == "yes" and rx is None:
+            raise CannotReexecute(f"{path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}")
+        if on_start is not None:
+            on_start(store.height())
+        report = audit_chain(
+            genesis,
+            store.iter_rows(),
+            blobs=None if no_blobs else blobs,
+            expect_height=expect_height,
+            reexecutor=rx,
+            on_block=on_block,
+        )
+        warning = store.warning
+    note = ""
+    if report.ok and rx is None and no_blobs:
+        note = " (rounds not re-executed: --no-blobs skips the blobs that re-execution reads)"
+    elif report.ok and rx is None and reexec == "auto":
+        note = f" (rounds not re-executed: algorithm {genesis.protocol.algorithm!r} has no re-executor)"
+    if warning:
+        note += f"; WARNING: {warning}"
+    return AuditOutcome(report.ok, report.line() + note, report.first_bad_height, report.reason, report)
+
+
+# --- the explorer's views --------------------------------------------------------------------
+
+
+def results_dir_for(ledger: str | os.PathLike[str], results: str | os.PathLike[str] | None) -> Path | None:
+    """The results folder whose ``metrics.csv`` the overview plots: ``results`` if given, else the folder the
+    ledger directory is in when it holds a ``metrics.csv`` (a ``concilium sim run`` results folder)."""
+    if results is not None:
+        return Path(results)
+    chain, _ = resolve_ledger_path(ledger)
+    parent = chain.parent.parent
+    return parent if (parent / METRICS_CSV).is_file() else None
+
+
+def read_accuracy(results: Path | None) -> list[dict[str, Any]]:
+    """``[{"fl_round", "accuracy", "accepted", "rejected", "view"}]`` from ``results/metrics.csv`` (the rows
+    with a finite accuracy), or ``[]`` when there is none. Only that one file name is ever opened."""
+    if results is None:
+        return []
+    path = results / METRICS_CSV
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(METRICS_BYTES_MAX + 1)
+    except OSError:
+        return []
+    if len(raw) > METRICS_BYTES_MAX:
+        return []
+    out = []
+    try:
+        for row in csv.DictReader(io.StringIO(raw.decode("utf-8", errors="replace"))):
+            try:
+                acc = float(row.get("accuracy") or "nan")
+                rnd = int(row.get("fl_round") or "")
+            except ValueError:
+                continue
+            if not math.isfinite(acc):
+                continue
+            out.append({"fl_round": rnd, "accuracy": acc, **{k: _int_or_none(row.get(k)) for k in ("accepted", "rejected", "view")}})
+    except csv.Error:
+        return out
+    return out
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _names(g: Genesis) -> dict[str, str]:
+    return {m.peer_id: m.name for m in g.members}
+
+
+def overview(store: SqliteBlockStore, results: Path | None) -> dict[str, Any]:
+    """The overview page: chain id, genesis (members, mode, algorithm and parameters, quorum rule), height,
+    head hash, and accuracy per round from the results folder."""
+    g = store.genesis()
+    p = g.protocol
+    first = set(genesis_committee(g))
+    return {
+        "chain_id": g.chain_id,
+        "genesis_hash": g.hash().hex(),
+        "genesis_time_ms": g.genesis_time_ms,
+        "height": store.height(),
+        "head_hash": store.head_hash().hex(),
+        "warning": store.warning,
+        "mode": p.mode,
+        "algorithm": p.algorithm,
+        "params": to_json_value(dict(p.params)),
+        "committee_size": p.committee_size,
+        "quorum": p.quorum,
+        "quorum_votes": quorum_size(p.committee_size, p.quorum),
+        "fl_rounds": p.fl_rounds,
+        "timeouts": record_to_toml(p.timeouts),
+        "model": {"name": g.model.name, "digest": g.model.digest.hex(), "params": to_json_value(dict(g.model.params))},
+        "members": [
+            {"peer_id": m.peer_id, "name": m.name, "addrs": list(m.addrs), "first_committee": m.peer_id in first}
+            for m in g.members
+        ],
+        "accuracy": read_accuracy(results),
+    }
+
+
+def _committee_before(store: SqliteBlockStore, height: int) -> tuple[str, ...]:
+    """The committee that certifies block ``height``: the one block ``height - 1`` named (genesis: derived)."""
+    if height <= 1:
+        return genesis_committee(store.genesis())
+    return tuple(store.get_checked(height - 1).payload.next_committee)
+
+
+def _selection(block: Block, mode: str) -> dict[str, list[str]]:
+    """Who trained for this block's round and what became of each: ``accepted`` (their update is in the
+    block), ``rejected`` (committee mode: scored but not selected; coordinator mode: sampled, no update
+    included - dropped out, late or filtered), ``excluded`` (committee mode: not scored by enough rows)."""
+    rec = block.payload.record
+    accepted = [u.peer for u in block.payload.updates]
+    this_round = {u.peer for u in block.payload.updates if u.fl_round == block.header.fl_round}
+    if mode == COMMITTEE_MODE:
+        trainers = [str(x) for x in rec.get("training", ())]
+        excluded = [str(x) for x in rec.get("excluded", ())]
+    else:
+        trainers = [str(x) for x in rec.get("clients", ())]
+        excluded = []
+    rejected = [t for t in trainers if t not in this_round and t not in excluded]
+    return {"trainers": trainers, "accepted": accepted, "rejected": rejected, "excluded": excluded}
+
+
+def _replaced(block: Block, committee: Sequence[str]) -> list[str]:
+    """The proposers (coordinators) of the views before the block's: each was replaced by a view change."""
+    hd = block.header
+    return [primary(tuple(sorted(committee)), hd.prev_hash, hd.height, v) for v in range(hd.view)]
+
+
+def _row(block: Block, mode: str) -> dict[str, Any]:
+    sel = _selection(block, mode)
+    hd = block.header
+    return {
+        "height": hd.height,
+        "hash": block.hash().hex(),
+        "fl_round": hd.fl_round,
+        "view": hd.view,
+        "proposer": hd.proposer,
+        "time_ms": hd.time_ms,
+        "accepted": len(sel["accepted"]),
+        "rejected": len(sel["rejected"]),
+        "evidence": len(block.payload.evidence),
+    }
+
+
+def block_rows(store: SqliteBlockStore, *, before: int | None, limit: int) -> dict[str, Any]:
+    """A page of the blocks table, newest first: the ``limit`` blocks below height ``before`` (default: the
+    head). Reads only those rows (primary-key lookups), whatever the chain's length."""
+    top = store.height() if before is None else min(before - 1, store.height())
+    lo = max(1, top - limit + 1)
+    mode = store.genesis().protocol.mode
+    rows = [_row(store.get_checked(h), mode) for h in range(top, lo - 1, -1)] if top >= 1 else []
+    return {
+        "height": store.height(),
+        "rows": rows,
+        "newer": None if before is None or top >= store.height() else min(store.height() + 1, top + limit + 1),
+        "older": lo if lo > 1 else None,
+    }
+
+
+def _score_rows(block: Block, committee: Sequence[str], g: Genesis, trainers: Sequence[str]) -> dict[str, Any]:
+    """Committee mode: every signed score row of the block (member, its distances to each client, the digest of
+    its own update) and the scores, ranking and selection :func:`consensus.decide_round` derives from them."""
+    from consensus import KIND_SCORES, CmflParams, ConsensusError, decide_round, parse_score_row  # noqa: PLC0415
+
+    rows, parsed, errors = [], [], []
+    for a in block.payload.attestations:
+        if a.kind != KIND_SCORES:
+            continue
+        try:
+            r = parse_score_row(a)
+        except ConsensusError as e:
+            errors.append(f"score row of {a.signer}: {e}")
+            continue
+        parsed.append(r)
+        rows.append({"member": r.member, "reference": r.reference.hex(), "distances": dict(r.distances)})
+    scores: dict[str, float] = {}
+    ranked: list[str] = []
+    try:
+        d = decide_round(parsed, training=trainers, committee=committee, params=CmflParams.from_genesis(g))
+        scores, ranked = dict(d.scores), list(d.ranked)
+    except (ConsensusError, ValueError) as e:
+        errors.append(f"scores cannot be derived from the rows: {e}")
+    scored = {k for r in rows for k in r["distances"]}
+    clients = [k for k in ranked if k in scored] + sorted(scored - set(ranked))  # best first, then the unranked
+    return {"rows": rows, "clients": clients, "scores": scores, "ranked": ranked, "errors": errors}
+
+
+def block_page(store: SqliteBlockStore, height: int) -> dict[str, Any]:
+    """One block: header fields, the committee that certified it and the signers, every update commitment,
+    committee mode's score rows and selection (coordinator mode's round record), the accepted set, the model
+    and state digests, and the evidence."""
+    g = store.genesis()
+    block = store.get_checked(height)
+    committee = _committee_before(store, height)
+    hd, pl = block.header, block.payload
+    mode = g.protocol.mode
+    sel = _selection(block, mode)
+    page: dict[str, Any] = {
+        "summary": block_summary(block),
+        "height": hd.height,
+        "hash": block.hash().hex(),
+        "prev_hash": hd.prev_hash.hex(),
+        "fl_round": hd.fl_round,
+        "view": hd.view,
+        "proposer": hd.proposer,
+        "time_ms": hd.time_ms,
+        "payload_hash": hd.payload_hash.hex(),
+        "updates_root": hd.updates_root.hex(),
+        "committee": list(committee),
+        "replaced": _replaced(block, committee),
+        "quorum_votes": quorum_size(len(committee), g.protocol.quorum),
+        "signers": [s.signer for s in block.certificate.signatures],
+        "updates": [
+            {"peer": u.peer, "fl_round": u.fl_round, "digest": u.digest.hex(), "n_samples": u.n_samples} for u in pl.updates
+        ],
+        "selection": sel,
+        "model_digest": pl.model_digest.hex(),
+        "state_digest": pl.state_digest.hex() if pl.state_digest is not None else None,
+        "next_committee": list(pl.next_committee),
+        "evidence": [
+            {"kind": e.kind, "offender": e.offender, "height": e.height, "view": e.view, "reason": e.reason,
+             "exhibits": len(e.exhibits)}
+            for e in pl.evidence
+        ],
+        "record": to_json_value(pl.record),
+        "attestations": len(pl.attestations),
+        "mode": mode,
+        "top": store.height(),
+    }
+    if mode == COMMITTEE_MODE:
+        page["scores"] = _score_rows(block, committee, g, sel["trainers"])
+    return page
+
+
+@dataclass(slots=True)
+class _MemberRow:
+    height: int
+    fl_round: int
+    roles: list[str] = field(default_factory=list)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+
+
+def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, window: int = MEMBER_WINDOW) -> dict[str, Any]:
+    """One member's history over heights ``to - window + 1 .. to`` (default: up to the head), newest first:
+    each round it trained in and whether it was accepted, rejected or not scored, sat on the committee,
+    signed the commit certificate, proposed (coordinated) the block, and evidence against it. Raises
+    ``KeyError`` if ``peer`` is not a genesis member."""
+    g = store.genesis()
+    member = next((m for m in g.members if m.peer_id == peer), None)
+    if member is None:
+        raise KeyError(peer)
+    mode = g.protocol.mode
+    top = store.height() if to is None else max(0, min(to, store.height()))
+    lo = max(1, top - window + 1)
+    committee = _committee_before(store, lo) if top >= 1 else ()
+    rows: list[_MemberRow] = []
+    counts = {k: 0 for k in ("trained", "accepted", "rejected", "excluded", "committee", "proposed", "replaced", "evidence")}
+    for h in range(lo, top + 1):
+        b = store.get_checked(h)
+        sel = _selection(b, mode)
+        r = _MemberRow(h, b.header.fl_round)
+        if peer in sel["trainers"]:
+            counts["trained"] += 1
+            r.roles.append("trained")
+        stale = [u.fl_round for u in b.payload.updates if u.peer == peer and u.fl_round != b.header.fl_round]
+        for key in ("accepted", "rejected", "excluded"):
+            if peer in sel[key]:
+                counts[key] += 1
+                r.roles.append(key if not (key == "accepted" and stale) else f"accepted (update of round {stale[0]})")
+        if peer in committee:
+            counts["committee"] += 1
+            r.roles.append("committee" + (", signed" if peer in {s.signer for s in b.certificate.signatures} else ""))
+        if b.header.proposer == peer:
+            counts["proposed"] += 1
+            r.roles.append("coordinator" if mode != COMMITTEE_MODE else "proposer")
+        for v, who in enumerate(_replaced(b, committee)):
+            if who == peer:
+                counts["replaced"] += 1
+                r.roles.append(f"replaced {'coordinator' if mode != COMMITTEE_MODE else 'proposer'} (view {v})")
+        for e in b.payload.evidence:
+            if e.offender == peer:
+                counts["evidence"] += 1
+                r.evidence.append({"kind": e.kind, "height": e.height, "view": e.view, "reason": e.reason})
+        if r.roles or r.evidence:
+            rows.append(r)
+        committee = tuple(b.payload.next_committee)
+    return {
+        "peer_id": peer,
+        "name": member.name,
+        "addrs": list(member.addrs),
+        "height": store.height(),
+        "from": lo if top >= 1 else 0,
+        "to": top,
+        "older": lo - 1 if lo > 1 else None,
+        "newer": min(store.height(), top + window) if top < store.height() else None,
+        "counts": counts,
+        "rows": [{"height": r.height, "fl_round": r.fl_round, "roles": r.roles, "evidence": r.evidence} for r in reversed(rows)],
+    }
+
+
+def names_of(store: SqliteBlockStore) -> Mapping[str, str]:
+    """Display names by peer id (from the genesis; may be empty strings)."""
+    return _names(store.genesis())
