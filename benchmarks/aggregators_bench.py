@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learning._preaggregators import parse_aggregator  # noqa: E402
+from learning import parse_aggregator  # noqa: E402
 
 
 def load_byzfl(site: str | None) -> tuple[types.ModuleType | None, str]:
@@ -117,9 +117,9 @@ def cases(bz: types.ModuleType | None, f: int) -> list[Case]:
 
 
 def _workers() -> int:
-    import learning._validate
+    from learning import kernel_threads
 
-    return learning._validate.WORKERS
+    return kernel_threads()
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -155,9 +155,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=None, help="threads of concilium's column-parallel kernels")
     args = ap.parse_args()
     if args.workers is not None:
-        import learning._validate
+        from learning import set_kernel_threads
 
-        learning._validate.WORKERS = max(1, args.workers)
+        set_kernel_threads(max(1, args.workers))
 
     bz, bz_version = load_byzfl(args.byzfl_site)
     print(

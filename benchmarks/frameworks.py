@@ -20,7 +20,7 @@ One workload runs through four implementations, each as a whole OS process, rep 
 **Same work everywhere.** From concilium's side, once per workload, ``workload.npz`` is exported into the run's
 output folder (``sim._world.World`` of the scenario; numpy arrays only, loaded with ``allow_pickle=False``): the
 train/test split, the client partition, the initial weights θ₀, and for every (round, client, local step) the
-minibatch indices concilium's seeded sampler draws (``learning._training._batches`` with the generator
+minibatch indices concilium's seeded sampler draws (``learning.training.minibatch_indices`` with the generator
 ``RngTree(seed).child("train", i, t, "update")``, exactly what a member's training job uses). Every peer script
 loads it and replays exactly that with the same model class (``_frameworks/replay.py``: the digits MLP 64-64-10),
 the same loss (cross-entropy), the same optimizer (SGD, the scenario's lr, no momentum), the same aggregation
@@ -121,11 +121,11 @@ def export_workload(scenario_path: Path, out: Path) -> dict[str, Any]:
     uses for ``scenario_path``; returns a summary. Refuses a scenario whose rounds a replay could not reproduce."""
     import torch  # noqa: PLC0415
 
-    from learning._partition import partition_dataset, partition_spec  # noqa: PLC0415
-    from learning._training import _batches  # noqa: PLC0415 - the sampler a training job uses
+    from learning import partition_dataset, partition_spec  # noqa: PLC0415
+    from learning.training import minibatch_indices  # noqa: PLC0415 - the sampler a training job uses
     from node.core import PURPOSE_UPDATE  # noqa: PLC0415
     from sim import load_scenario  # noqa: PLC0415
-    from sim._world import World  # noqa: PLC0415
+    from sim import World  # noqa: PLC0415
 
     sc = load_scenario(scenario_path)
     p, tr, adv = sc.protocol, sc.training, sc.adversary
@@ -166,7 +166,7 @@ def export_workload(scenario_path: Path, out: Path) -> dict[str, Any]:
     for t in range(1, rounds + 1):
         for i in range(m):
             gen = world.rng.child("train", i, t, PURPOSE_UPDATE).torch()
-            rows, _ = _batches(sizes[i], config, gen, 0)
+            rows, _ = minibatch_indices(sizes[i], config, gen, 0)
             batches[t - 1, i] = torch.stack(rows).numpy()  # type: ignore[arg-type]
     agg_order = sorted(range(m), key=lambda i: world.keys[i].peer_id)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +312,7 @@ def command(impl: str, wl_dir: Path, run_dir: Path, ncpus: int) -> list[str]:
 
 def ledger_models(ledger_dir: Path) -> np.ndarray:
     """The global model of every block of a concilium ledger, ``(height, d)`` float32, from its model blobs."""
-    from learning._blobs import blob_to_vector  # noqa: PLC0415
+    from learning import blob_to_vector  # noqa: PLC0415
     from ledger.store import open_ledger  # noqa: PLC0415
 
     store, blobs = open_ledger(ledger_dir, readonly=True)

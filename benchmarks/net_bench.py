@@ -171,7 +171,7 @@ def _keys():  # type: ignore[no-untyped-def]
 async def child_ours(role: str, receiver_addr: str) -> None:
     import trio  # noqa: PLC0415
 
-    from node.runtime._transport import Transport  # noqa: PLC0415
+    from node.runtime import Transport  # noqa: PLC0415
 
     recv_key, send_key = _keys()
     me, other = (recv_key, send_key) if role == "recv" else (send_key, recv_key)

@@ -17,8 +17,8 @@ the CPU ratio next to it says how much more work one of them did with them.
 
 ``plain``
     One minimal FedAvg loop a user would write, with no node, consensus, ledger or simulator code. It loads the
-    data with ``learning._data.DigitsSpec``, splits it with ``learning._partition.IIDPartition`` and trains every
-    client with ``learning._training.LocalTrainer`` - the *same* training function the simulator calls, with the
+    data with ``learning.data.DigitsSpec``, splits it with ``learning.data.IIDPartition`` and trains every
+    client with ``learning.training.LocalTrainer`` - the *same* training function the simulator calls, with the
     seeds derived as the simulator derives them (``sim._rng.RngTree``), so both sides do the same training (the
     same minibatches from the same starting points, up to aggregation rounding). One thread: one core busy.
 ``torch``
@@ -95,11 +95,15 @@ from torch.nn import functional as F  # noqa: E402
 
 import sim  # noqa: E402
 from benchmarks.frameworks import PEER_DIR, become_subreaper, export_workload, measure, scenario_text  # noqa: E402
-from learning._data import DigitsSpec  # noqa: E402
-from learning._models import MLPSpec  # noqa: E402
-from learning._partition import IIDPartition, partition_dataset  # noqa: E402
-from learning._training import LocalTrainer, LocalTrainingConfig  # noqa: E402
-from sim._rng import RngTree  # noqa: E402
+from learning import (  # noqa: E402
+    DigitsSpec,
+    IIDPartition,
+    LocalTrainer,
+    LocalTrainingConfig,
+    MLPSpec,
+    partition_dataset,
+)
+from sim import RngTree  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "coordinator_fedavg.toml"
 
@@ -334,14 +338,15 @@ BUCKETS = (
 
 _PROJECT_FILES: tuple[tuple[str, str | None], ...] = (
     # (path prefix relative to the repository, bucket; None = inherit from callers)
-    ("learning/_params.py", None),
-    ("learning/_strategies.py", "aggregation (learning)"),
-    ("learning/_aggregators.py", "aggregation (learning)"),
-    ("learning/_scoring.py", "aggregation (learning)"),
-    ("learning/_blobs.py", "encoding/decoding"),
-    ("learning/_data.py", "setup (data, model)"),
-    ("learning/_partition.py", "setup (data, model)"),
-    ("learning/_models.py", "setup (data, model)"),
+    ("learning/models/_params.py", None),
+    ("learning/_config.py", None),
+    ("learning/strategies/_base.py", "aggregation (learning)"),
+    ("learning/robust/_aggregators.py", "aggregation (learning)"),
+    ("learning/robust/_cmfl.py", "aggregation (learning)"),
+    ("learning/models/_blobs.py", "encoding/decoding"),
+    ("learning/data/_datasets.py", "setup (data, model)"),
+    ("learning/data/_partition.py", "setup (data, model)"),
+    ("learning/models/_zoo.py", "setup (data, model)"),
     ("sim/_scenario.py", "setup (data, model)"),
     ("ledger/_encoding.py", "encoding/decoding"),
     ("ledger/_tensors.py", "encoding/decoding"),
@@ -378,7 +383,7 @@ def _own_bucket(key: tuple[str, int, str]) -> str | None:
     except (ValueError, OSError):
         rel = None
     if rel is not None and not rel.startswith(".venv/"):
-        if rel == "learning/_training.py":
+        if rel == "learning/training/_local.py":
             return "evaluation" if name == "evaluate" else "training"
         if rel == "ledger/_crypto.py":
             return "hashing" if name in ("sha256", "hash_tagged") else "signatures"

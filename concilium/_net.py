@@ -25,7 +25,7 @@ NODES_MAX = 64
 def _node_inputs(args: argparse.Namespace) -> Any:
     """The node config from ``--config`` and/or flags (flags win)."""
     from node.config import NodeConfig, NodeDataConfig, load_node_config  # noqa: PLC0415
-    from node._errors import ConfigFileError  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
 
     if args.config:
         cfg = load_node_config(args.config)
@@ -63,7 +63,7 @@ def _node_inputs(args: argparse.Namespace) -> Any:
 
 
 def cmd_node_start(args: argparse.Namespace) -> int:
-    from node._errors import ConfigFileError  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
     from node.config import load_genesis  # noqa: PLC0415
     from node.keys import load_key  # noqa: PLC0415
 
@@ -93,17 +93,24 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         peers.setdefault(pid, []).append(a)
     peers.pop(key.peer_id, None)
     from node.config import record_from_toml  # noqa: PLC0415
-    from node.runtime._transport import TransportLimits  # noqa: PLC0415
+    from node.runtime import TransportLimits  # noqa: PLC0415
 
     limits = record_from_toml(TransportLimits, dict(cfg.transport or {}), source=f"{args.config or 'node config'}: transport")
 
     import torch  # noqa: PLC0415
 
-    from sim import load_scenario, resolve_scenario  # noqa: PLC0415
-    from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary  # noqa: PLC0415
+    from sim import (  # noqa: PLC0415
+        MemberTrainer,
+        World,
+        byzantine_indices,
+        check_network_adversary,
+        load_scenario,
+        network_adversary,
+        resolve_scenario,
+    )
 
     torch.set_num_threads(max(1, args.threads))
-    from learning._errors import LearningError  # noqa: PLC0415
+    from learning import LearningError  # noqa: PLC0415
 
     scenario_path = resolve_scenario(cfg.data.scenario)
     try:
@@ -125,7 +132,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
     import trio  # noqa: PLC0415
 
-    from node.runtime._node import EventLog, NodeOptions, NodeRuntime, run_node  # noqa: PLC0415
+    from node.runtime import EventLog, NodeOptions, NodeRuntime, run_node  # noqa: PLC0415
 
     log = EventLog(sys.stdout, fmt=cfg.log_format, name=f"n{cfg.data.member}")
     options = NodeOptions(
@@ -155,7 +162,7 @@ def cmd_node_status(args: argparse.Namespace) -> int:
     """Print a node's ``status.json``; exit 1 if it is older than ``--max-age`` seconds (a health check)."""
     import json  # noqa: PLC0415
 
-    from node._errors import ConfigFileError  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
     from node.config import STATUS_FILE  # noqa: PLC0415
 
     path = Path(args.data_dir) / STATUS_FILE
@@ -173,9 +180,8 @@ def cmd_node_status(args: argparse.Namespace) -> int:
 
 
 def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
-    from node._errors import ConfigFileError  # noqa: PLC0415
-    from sim import load_scenario, resolve_scenario  # noqa: PLC0415
-    from sim._world import check_network_adversary  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
+    from sim import check_network_adversary, load_scenario, resolve_scenario  # noqa: PLC0415
 
     path = resolve_scenario(args.scenario or "testnet")
     over: dict[str, Any] = {}
@@ -192,10 +198,9 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
 
 
 def cmd_testnet_init(args: argparse.Namespace) -> int:
-    from learning._errors import LearningError  # noqa: PLC0415
-    from node._errors import ConfigFileError  # noqa: PLC0415
-    from sim._run import results_folder  # noqa: PLC0415
-    from sim._testnet import init_testnet  # noqa: PLC0415
+    from learning import LearningError  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
+    from sim import init_testnet, results_folder  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     with results_folder(args.out, force=args.force) as out:
@@ -215,16 +220,15 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
 def _scenario_bytes(scenario: Any) -> bytes:
     import tomli_w  # noqa: PLC0415
 
-    from sim._run import _scenario_toml  # noqa: PLC0415
+    from sim import scenario_toml  # noqa: PLC0415
 
-    return tomli_w.dumps(_scenario_toml(scenario)).encode()
+    return tomli_w.dumps(scenario_toml(scenario)).encode()
 
 
 def cmd_testnet_local(args: argparse.Namespace) -> int:
-    from learning._errors import LearningError  # noqa: PLC0415
-    from node._errors import ConfigFileError  # noqa: PLC0415
-    from sim._run import results_folder  # noqa: PLC0415
-    from sim._testnet import LocalTestnet  # noqa: PLC0415
+    from learning import LearningError  # noqa: PLC0415
+    from node import ConfigFileError  # noqa: PLC0415
+    from sim import LocalTestnet, results_folder  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     name = scenario.name

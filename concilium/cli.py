@@ -30,6 +30,9 @@ from typing import Any
 
 from ledger import (
     COMMITTEE_MODE,
+    MEMBERS_MAX,
+    MODES,
+    QUORUM_RULES,
     Genesis,
     InclusionProof,
     LedgerError,
@@ -42,9 +45,8 @@ from ledger import (
     sha256,
     verify_proof,
 )
-from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
 from ledger.store import CorruptStoreError, create_ledger, open_ledger
-from node._errors import NodeError, Terminated
+from node import NodeError, Terminated
 from node.config import INT_MAX, check_multiaddr, dump_genesis, load_genesis, write_file_atomic
 from node.explorer import (
     CannotReexecute,
@@ -163,7 +165,7 @@ def _check_algorithm(mode: str, algorithm: str) -> None:
         if algorithm != "cmfl":
             raise CliError(f"--algorithm {algorithm!r}: committee mode runs cmfl (coordinator mode runs the others)")
         return
-    from learning._strategies import STRATEGIES  # imports torch: only for coordinator mode
+    from learning import STRATEGIES  # imports torch: only for coordinator mode
 
     if algorithm not in STRATEGIES:
         raise CliError(f"--algorithm {algorithm!r}: unknown strategy; known: {', '.join(sorted(STRATEGIES))}")
@@ -406,7 +408,7 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
         sock = bind(host, port)
     except OSError as e:
         raise CliError(f"--host/--port {host}:{port}: cannot listen ({e.strerror})") from None
-    from node.explorer._serve import serve_asyncio, url_of
+    from node.explorer import serve_asyncio, url_of
 
     print(f"explorer of {args.path} (read-only) at {url_of(sock)}  (Ctrl-C stops)", flush=True)
     serve_asyncio(app, sock)
@@ -416,8 +418,7 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 def cmd_ledger_demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sim import LedgerDemo
-    from sim._run import results_folder
+    from sim import LedgerDemo, results_folder
 
     # every bound before any key is derived or anything is written
     if args.committee_size > args.members:
@@ -475,9 +476,9 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     name = scenario.stem
     out = args.out if args.out is not None else Path("results") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from consensus import ConsensusError
-    from learning._errors import LearningError
+    from learning import LearningError
     from sim import LivenessError
-    from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
+    from sim import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
 
     executor = None
     if args.executor == "ray":

@@ -65,6 +65,7 @@ from consensus._messages import (
     Proposal,
     decided_message,
     parse,
+    vote_message,
 )
 from consensus._replica import DURABLE_BYTES_MAX, Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
 
@@ -135,4 +136,5 @@ __all__ = [
     "update_equivocation_evidence",
     "verify_decided_block",
     "verify_score_row",
+    "vote_message",
 ]

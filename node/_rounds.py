@@ -45,17 +45,20 @@ from ledger import (
     sha256,
     update_sign_bytes,
 )
-from learning._blobs import blob_to_vector, vector_to_blob
-from learning._errors import ConfigError, InvalidUpdateError, LearningError
-from learning._strategies import (
+from learning import (
     HOST_PARAM_KEYS,
     AggregateResult,
     ClientUpdate,
+    ConfigError,
     FedAvg,
+    InvalidUpdateError,
+    LearningError,
     PublicEval,
     RoundInfo,
     Strategy,
+    blob_to_vector,
     strategy_from_params,
+    vector_to_blob,
 )
 
 __all__ = [

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from consensus import Message
-from learning._blobs import blob_to_vector
+from learning import blob_to_vector
 from ledger import SignedMessage, UpdateCommitment, record
 
 __all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "EnvelopeDecoder", "UpdatePacket"]

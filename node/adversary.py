@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from consensus import KIND_COMMIT, KIND_PREPARE, parse_score_row, sign_score_row
-from consensus._messages import vote_message
+from consensus import KIND_COMMIT, KIND_PREPARE, parse_score_row, sign_score_row, vote_message
 from ledger import KeyPair, Payload, primary, sha256, sign_update
-from learning._blobs import vector_to_blob
+from learning import vector_to_blob
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import Behavior
 

@@ -86,25 +86,25 @@ from ledger import (
     update_sign_bytes,
 )
 from ledger.store import MemoryBlobStore
-from learning._blobs import vector_to_blob
-from learning._errors import InvalidUpdateError
-from learning._scoring import distance_row
-from learning._strategies import ClientUpdate, PublicEval
-from node._rounds import RoundHistory, RoundPlan, RoundRules, evidence_key, proposal_evidence_key
+from learning import ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
+from node._rounds import RoundHistory, RoundPlan, RoundRules, evidence_key, proposal_evidence_key, sampling_seed_of
 from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
 __all__ = [
     "Behavior",
     "Decided",
+    "EnvelopeDecoder",
     "Misbehavior",
     "NodeCore",
     "NodeEffect",
     "NodeStatus",
+    "RoundRules",
     "Train",
     "TrainJob",
     "TrainResult",
     "Transmit",
     "Withheld",
+    "sampling_seed_of",
 ]
 
 PURPOSE_UPDATE = "update"

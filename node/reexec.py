@@ -14,9 +14,7 @@ report a digest mismatch although every decision is right (a documented limitati
 from __future__ import annotations
 
 from ledger import BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
-from learning._blobs import blob_to_vector
-from learning._errors import InvalidUpdateError, LearningError
-from learning._strategies import PublicEval
+from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector
 from node._rounds import RoundRules
 
 __all__ = ["RoundReexecutor", "reexecutor_for"]

@@ -7,25 +7,43 @@ network in virtual time; :func:`run_scenario` is the main job (``concilium sim r
 
 from sim._engine import LivenessError, RoundMetrics, SimResult, Simulation
 from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
+from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
 from sim._rng import RngTree
-from sim._run import public_eval_for_ledger, run_scenario, verify_ledger, write_results
+from sim._run import (
+    metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger, write_results,
+)
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
+from sim._testnet import LocalTestnet, init_testnet
+from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary
 
 __all__ = [
+    "GPU_FRACTION_DEFAULT",
     "LedgerDemo",
     "LivenessError",
+    "LocalTestnet",
+    "MemberTrainer",
+    "RayClusterError",
+    "RayExecutor",
     "RngTree",
     "RoundMetrics",
     "Scenario",
     "SimResult",
     "Simulation",
+    "World",
     "bundled_scenario_names",
+    "byzantine_indices",
+    "check_network_adversary",
     "default_scenario_path",
     "demo_genesis",
+    "init_testnet",
     "load_scenario",
+    "metric_columns",
+    "network_adversary",
     "public_eval_for_ledger",
     "resolve_scenario",
+    "results_folder",
     "run_scenario",
+    "scenario_toml",
     "tensor_blob",
     "verify_ledger",
     "write_results",

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from node._errors import ConfigFileError
+from node import ConfigFileError
 from sim._run import run_scenario
 from sim._scenario import resolve_scenario
 

@@ -43,21 +43,26 @@ from ledger import (
     sha256,
 )
 from ledger.store import MemoryBlobStore
-from learning._attacks import parse_data_attack, parse_update_attack
-from learning._availability import DROPPED, AvailabilityContext, parse_availability
-from learning._blobs import vector_to_blob
-from learning._data import Dataset
-from learning._strategies import Strategy
-from node._rounds import RoundRules
-from node._wire import EnvelopeDecoder
-from node._errors import Terminated
+from learning import (
+    DROPPED,
+    AvailabilityContext,
+    Dataset,
+    Strategy,
+    parse_availability,
+    parse_data_attack,
+    parse_update_attack,
+    vector_to_blob,
+)
+from node import Terminated
 from node.adversary import Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances
 from node.core import (
     PURPOSE_UPDATE,
     Behavior,
     Decided,
+    EnvelopeDecoder,
     Misbehavior,
     NodeCore,
+    RoundRules,
     Train,
     TrainJob,
     TrainResult,

@@ -55,7 +55,7 @@ from ledger import (
     sign_bytes,
     update_sign_bytes,
 )
-from learning._blobs import vector_to_blob
+from learning import vector_to_blob
 
 __all__ = ["MUTATIONS", "ByzantineFuzzer", "FuzzSpec", "FuzzViolation"]
 

@@ -37,11 +37,9 @@ import tomli_w
 
 from ledger import LedgerError, audit_chain
 from ledger.store import open_ledger
-from node._errors import ConfigFileError, NodeError, OutputPathError
+from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
-from learning._attacks import parse_data_attack
-from learning._errors import LearningError
-from learning._strategies import PublicEval
+from learning import LearningError, PublicEval, parse_data_attack
 from node.reexec import reexecutor_for
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
@@ -52,6 +50,7 @@ __all__ = [
     "public_eval_for_ledger",
     "results_folder",
     "run_scenario",
+    "scenario_toml",
     "verify_ledger",
     "write_results",
 ]
@@ -180,7 +179,7 @@ def write_results(
         for m in res.rounds:
             w.writerow([getattr(m, c) for c in columns])
     (out / "genesis.toml").write_text(dump_genesis(res.genesis), encoding="utf-8")
-    (out / "scenario.toml").write_text(tomli_w.dumps(_scenario_toml(scenario)), encoding="utf-8")
+    (out / "scenario.toml").write_text(tomli_w.dumps(scenario_toml(scenario)), encoding="utf-8")
     if plots:
         _plots(out, res)
     summary = {
@@ -210,7 +209,9 @@ def write_results(
     return summary
 
 
-def _scenario_toml(sc: Scenario) -> dict[str, Any]:
+def scenario_toml(sc: Scenario) -> dict[str, Any]:
+    """The scenario as a TOML table (what ``scenario.toml`` of a results folder holds)."""
+
     def conv(v: Any) -> Any:
         if dataclasses.is_dataclass(v):
             return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}

@@ -54,9 +54,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ledger import Timeouts
-from ledger._types import MEMBERS_MAX, MODES, QUORUM_RULES
-from node._errors import ConfigFileError
+from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, Timeouts
+from node import ConfigFileError
 from node.config import load_toml, record_from_toml
 
 __all__ = [
@@ -138,7 +137,7 @@ class ProtocolSection:
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
         self.timeouts()  # the genesis checks the same fields: fail when the file loads, not when the run starts
         if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
-            from node._rounds import sampling_seed_of  # noqa: PLC0415
+            from node.core import sampling_seed_of  # noqa: PLC0415
 
             sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
 
@@ -440,7 +439,7 @@ def _check_canonical(where: str, table: Mapping[str, Any]) -> None:
 
 def _check_attacks(adv: AdversaryConfig) -> None:
     """Resolve the attack specs as the simulation does, so a bad one fails when the file loads."""
-    from learning._attacks import parse_data_attack, parse_update_attack  # noqa: PLC0415
+    from learning import parse_data_attack, parse_update_attack  # noqa: PLC0415
 
     try:
         if adv.attack:
@@ -457,7 +456,7 @@ def model_parameters(model: ModelSection) -> int:
     Raises ``ValueError`` for an unknown model, bad parameters, or sizes torch cannot even describe."""
     import torch  # noqa: PLC0415
 
-    from learning._models import model_spec  # noqa: PLC0415
+    from learning import model_spec  # noqa: PLC0415
 
     try:
         spec = model_spec(model.name, dict(model.params))
@@ -487,7 +486,7 @@ def _check_partition(data: DataSection, members: int) -> None:
     default to ``data.local_datasets``, else ``members``), so an unknown partition or a bad parameter fails when
     the file loads; an explicit ``num_clients`` must equal that count. Checks that need the dataset (``pairs``: an
     even class count, every class at least one sample per holder) run when the simulation partitions it."""
-    from learning._partition import (  # imports torch: only when validating
+    from learning import (  # imports torch: only when validating
         PARTITIONS,
         partition_spec,
     )

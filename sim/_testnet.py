@@ -292,7 +292,7 @@ class LocalTestnet:
                 blob = None
             if blob is None:
                 continue
-            from learning._blobs import blob_to_vector  # noqa: PLC0415
+            from learning import blob_to_vector  # noqa: PLC0415
 
             vec = np.array(blob_to_vector(blob), dtype=np.float32)
             res = self.world.trainer.evaluate(torch.from_numpy(vec), self.world.test)

@@ -54,14 +54,12 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing import util as mp_util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
-
-    from sim._engine import Simulation, _JobSpec
 
 __all__ = [
     "Job",
@@ -74,7 +72,29 @@ __all__ = [
     "widen_send_buffer",
 ]
 
-_HOST: Simulation | None = None
+
+class _JobSpec(Protocol):
+    """What the pool reads of a job (``sim._engine._JobSpec``; this module does not import the engine, which
+    imports it)."""
+
+    index: int
+    fl_round: int
+    purpose: str
+    model: np.ndarray
+    server_state: bytes | None
+    client_state: bytes | None
+    lr: float
+    strategy_side: bool
+    poisoned: bool
+
+
+class _Host(Protocol):
+    """The host of the pool (``sim.Simulation``): it runs a job in this process or in a forked worker."""
+
+    def _run_job(self, spec: Any) -> Any: ...
+
+
+_HOST: _Host | None = None
 """In a forked worker: the simulation it was forked from (its data, trainer and strategy)."""
 
 _BAD_FORK = "fork"
@@ -305,7 +325,7 @@ class Job:
 class TrainingPool:
     """``workers`` forked processes running ``host._run_job``, and this process (see the module)."""
 
-    def __init__(self, host: Simulation, workers: int) -> None:
+    def __init__(self, host: _Host, workers: int) -> None:
         global _HOST
         self.host = host
         self.broken = False

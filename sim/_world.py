@@ -21,13 +21,25 @@ import numpy as np
 import torch
 
 from ledger import Genesis, KeyPair, Member, ModelSpec, ProtocolParams, genesis_committee, peer_id_from_public_key, sha256
-from learning._blobs import vector_to_blob
-from learning._data import Dataset, dataset_spec, with_public
-from learning._models import model_spec
-from learning._partition import PARTITIONS, partition_dataset, partition_spec
-from learning._schedules import SCHEDULES, schedule_spec
-from learning._strategies import ClientJob, LocalOutcome, PublicEval, Strategy, strategy_from_params
-from learning._training import LocalTrainer, LocalTrainingConfig
+from learning import (
+    PARTITIONS,
+    SCHEDULES,
+    ClientJob,
+    Dataset,
+    LocalOutcome,
+    LocalTrainer,
+    LocalTrainingConfig,
+    PublicEval,
+    Strategy,
+    dataset_spec,
+    model_spec,
+    partition_dataset,
+    partition_spec,
+    schedule_spec,
+    strategy_from_params,
+    vector_to_blob,
+    with_public,
+)
 from sim._rng import RngTree
 from sim._scenario import DataSection, Scenario
 
@@ -108,7 +120,7 @@ def scenario_keys(scenario: Scenario) -> list[KeyPair]:
 
 def _dataset_params(scenario: Scenario) -> dict[str, Any]:
     """``data.params`` with ``data.test_fraction`` applied where the dataset has a held-out split to size."""
-    from learning._data import DATASETS  # noqa: PLC0415
+    from learning import DATASETS  # noqa: PLC0415
 
     params = dict(scenario.data.params)
     fields_ = getattr(DATASETS.get(scenario.data.dataset), "__dataclass_fields__", {})
@@ -245,7 +257,7 @@ class World:
         if self.public_data is None:
             raise ValueError(f"strategy {self.scenario.protocol.algorithm!r} scores models on a public split: "
                              "set data.public_size > 0")
-        from learning._public import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
+        from learning import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
 
         impl = getattr(self.strategy, "entropy_impl", "exact")
         return PublicScorer.from_trainer(self.trainer, self.public_data, entropy_impl=impl)
@@ -413,7 +425,7 @@ class MemberTrainer:
     def __init__(self, world: World, index: int, *, byzantine: bool = False) -> None:
         if not 0 <= index < len(world.client_data):
             raise ValueError(f"member index {index} is out of range (the scenario has {len(world.client_data)} members)")
-        from learning._attacks import parse_data_attack, parse_update_attack  # noqa: PLC0415
+        from learning import parse_data_attack, parse_update_attack  # noqa: PLC0415
 
         self.world = world
         self.index = index

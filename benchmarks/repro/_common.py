@@ -97,7 +97,7 @@ class RunResult:
 
 def _run_one(run: Run, out: Path) -> RunResult:
     from ledger.store import open_ledger
-    from sim._run import run_scenario
+    from sim import run_scenario
 
     folder = out / "runs" / run.label
     if folder.exists():

@@ -220,8 +220,7 @@ class _Pooled:
         import torch
 
         from learning import Dataset
-        from sim._engine import Simulation
-        from sim._scenario import load_scenario
+        from sim import Simulation, load_scenario
 
         sim = Simulation(load_scenario(scenario_path))
         data = sim.client_data

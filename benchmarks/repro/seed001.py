@@ -5,8 +5,8 @@ classes per client in equal shards (``k_classes``; S5: the fixed pair partition 
 init, K = 10 plain-SGD steps of batch 16 drawn with replacement, ``lr_t = max(0.05·0.97^t, 1e-5)`` on both sides
 (Convention G), T = 100 rounds. Every
 run goes through the real simulator (elected coordinator, committee re-execution, ledger verified), the
-strategies of :mod:`learning._strat_mimic` / :mod:`learning._strat_unavailability` and the dropout schemes of
-:mod:`learning._availability_dropout`.
+strategies of :mod:`learning.strategies._mimic` / :mod:`learning.strategies._unavailability` and the dropout schemes of
+:mod:`learning.availability._dropout`.
 
 Methods: FedAvg (``fedavg_uniform``, §2.2: weights ``1/|S_t|``, the strategy's schedule), FedProx
 (``fedprox``, μ = 0.01, §2.5), SCAFFOLD (``scaffold``, standard option II, 2 uploads, read at T/2 rounds, §2.6 and
@@ -171,7 +171,7 @@ def plan(*, fast: bool) -> list[Run]:
 
 def final_model(res: RunResult) -> np.ndarray:
     """The model committed by the last block of ``res`` (float32), read from its ledger."""
-    from learning._blobs import blob_to_vector
+    from learning import blob_to_vector
     from ledger.store import open_ledger
 
     store, blobs = open_ledger(res.out / "ledger", readonly=True, check_index=False)
@@ -421,12 +421,12 @@ def halfnormal_runs(rounds: int) -> list[Run]:
 def halfnormal_schedules(
     members: int = PAPER_N, trials: int = 100, uploads: int = 200
 ) -> dict[tuple[str, int], dict[str, float]]:
-    """Scheme-1 schedules of :class:`learning._availability_dropout.BoundedDropout` (the simulator's availability
+    """Scheme-1 schedules of :class:`learning.availability.BoundedDropout` (the simulator's availability
     model) for the paper's uniform law and the code's half-normal(3) law, τ_max ∈ {20, 50, 100}: per law and τ_max,
     over ``trials`` per-trial seeds, the mean active fraction of rounds 1..uploads−1 (before the floor), the share of
     always-active clients (τ_i = 1), the share with τ_i ≥ 10, the largest τ_i drawn, and in how many trials the
     periods equal those of τ_max = 20 with the same seed. Deterministic, well under a second."""
-    from learning._availability_dropout import BoundedDropout
+    from learning import BoundedDropout
 
     rng = np.random.default_rng(0)  # unused by scheme 1's mask (periods only); the model's signature wants one
     out: dict[tuple[str, int], dict[str, float]] = {}
@@ -452,7 +452,7 @@ def discrepancy_halfnormal(report: Report, results: Mapping[str, RunResult]) -> 
     at τ_max, which makes τ_max (Table 3's columns) almost irrelevant. Measured on the simulator's availability
     model (schedules) and by FedAvg under the code's law at τ_max = 20 and 100 through the simulator (30 rounds in the
     fast subset, 100 in the full run; both runs share one name, hence the same node keys)."""
-    from learning._availability_dropout import expected_active_fraction
+    from learning import expected_active_fraction
 
     sched = halfnormal_schedules()
     hn = {tm: sched[("halfnormal3", tm)] for tm in HALFNORMAL_TAU_MAX}

@@ -4,8 +4,8 @@ Configuration (§6.1): scikit-learn digits (``X/16``, 360 test samples, the spli
 class-balanced public samples taken out of the training pool, MLP 64-64-32-10 with He init, N = 20 devices with
 two label shards each, K = 10 per round, E = 5 local epochs of batch 10, plain SGD lr 0.05, no decay. Every run
 goes through the real simulator (elected coordinator, committee re-executing every aggregation, pBFT, signatures,
-SQLite ledger) with the strategies of :mod:`learning._strat_stragglers` and the straggler model of
-:mod:`learning._availability_stragglers`; afterwards each ledger is audited offline *with* re-execution (the
+SQLite ledger) with the strategies of :mod:`learning.strategies._stragglers` and the straggler model of
+:mod:`learning.availability._stragglers`; afterwards each ledger is audited offline *with* re-execution (the
 public split is handed to the re-executor, which Sself's entropy filter and loss weights need).
 
 Timing: one time unit is T_d = ``timeout_ticks_train × tick_ms`` = 2 s of virtual time; a device computes for
@@ -327,9 +327,7 @@ def run_guarded(run: SeedRun, out: Path) -> tuple[RunResult, Outcome]:
     from ledger import audit_chain
     from ledger.store import open_ledger
     from node.reexec import reexecutor_for
-    from sim._engine import Simulation
-    from sim._run import metric_columns, write_results
-    from sim._scenario import load_scenario
+    from sim import Simulation, load_scenario, metric_columns, write_results
 
     folder = out / "runs" / run.label
     if folder.exists():
@@ -448,7 +446,7 @@ def _scores(theta: np.ndarray, x: np.ndarray, y: np.ndarray, widths: Sequence[in
 def _uploads(ledger_dir: Path, theta0: np.ndarray) -> Iterator[tuple[int, Any, list[tuple[Any, np.ndarray]], np.ndarray]]:
     """Per block: ``(height, payload, [(update commitment, w_i(k))], model)`` from a ledger's blobs, with every
     upload applied to the model *its* round started from (the model committed by block ``fl_round − 1``)."""
-    from learning._blobs import blob_to_vector
+    from learning import blob_to_vector
     from ledger.store import open_ledger
 
     store, blobs = open_ledger(ledger_dir, readonly=True, check_index=False)
@@ -513,7 +511,7 @@ def recompute_sself(ledger_dir: Path, sim: Any) -> dict[str, float]:
 def compat_decisions(ledger_dir: Path, sim: Any) -> dict[str, int]:
     """Re-score every upload of an exact-entropy Sself ledger with the naive float32 entropy (§7.1 compat mode)
     and count how many would be decided differently (non-finite, or the other side of E_th)."""
-    from learning._public import PublicScorer
+    from learning import PublicScorer
 
     e_th = float(dict(sim.sc.protocol.params)["e_th"])
     naive = PublicScorer.from_trainer(sim.trainer, sim.public_data, entropy_impl="naive_float32")
@@ -849,9 +847,8 @@ def _w1(report: Report, results: Mapping[str, tuple[RunResult, Outcome]]) -> Non
 def naive_rescore(res: RunResult, oc: Outcome) -> dict[str, int]:
     """Re-score every upload of an exact-entropy Sself ledger with the naive float32 entropy (compat mode, §7.1),
     split by Byzantine and benign uploader: how many score non-finite (compat rejects those)."""
-    from learning._public import PublicScorer
-    from sim._engine import Simulation
-    from sim._scenario import load_scenario
+    from learning import PublicScorer
+    from sim import Simulation, load_scenario
 
     sim = Simulation(load_scenario(res.out.parent / f"{res.label}.toml"))
     naive = PublicScorer.from_trainer(sim.trainer, sim.public_data, entropy_impl="naive_float32")

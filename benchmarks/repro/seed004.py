@@ -162,8 +162,7 @@ def with_takeover(run: Run, *, tries: int = 64) -> Run:
     committee) is exactly those members, which the declared list names.
     """
     from node.config import record_from_toml
-    from sim._engine import Simulation
-    from sim._scenario import Scenario
+    from sim import Scenario, Simulation
 
     data = run.data()
     b = int(data["adversary"]["byzantine"])
@@ -297,8 +296,7 @@ def ledger_rounds(res: RunResult) -> list[LedgerRound]:
     simulator's ``byzantine_clients`` (summary.json, mapped to peer ids by the genesis); the aggregate is recomputed with the aggregator named in the
     round's record (``learning.parse_aggregator``), from every update of the round in the block's order.
     """
-    from learning import parse_aggregator
-    from learning._blobs import blob_to_vector
+    from learning import blob_to_vector, parse_aggregator
     from ledger.store import open_ledger
 
     server_lr = float(_scenario_of(res)["protocol"].get("params", {}).get("server_lr", 1.0))
@@ -343,11 +341,9 @@ def lemma_check() -> dict[int, dict[str, float]]:
     """
     import torch
 
-    from learning import parse_aggregator, parse_update_attack
-    from learning._training import LocalTrainer
+    from learning import LocalTrainer, parse_aggregator, parse_update_attack
     from node.config import record_from_toml
-    from sim._engine import Simulation
-    from sim._scenario import Scenario
+    from sim import Scenario, Simulation
 
     cfg = R3_LEMMA
     n, b, n_hat, b_hat = cfg["n"], cfg["b"], cfg["n_hat"], cfg["b_hat"]

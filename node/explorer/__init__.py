@@ -31,7 +31,7 @@ from node.explorer._data import (
     read_accuracy,
     results_dir_for,
 )
-from node.explorer._serve import bind, host_names, parse_listen
+from node.explorer._serve import bind, host_names, parse_listen, serve_asyncio, url_of
 
 __all__ = [
     "AuditOutcome",
@@ -53,6 +53,8 @@ __all__ = [
     "read_accuracy",
     "require_web",
     "results_dir_for",
+    "serve_asyncio",
+    "url_of",
 ]
 
 WEB_EXTRA_HINT = "the explorer needs the web extra: pip install 'concilium[web]' (Starlette, Jinja2, Hypercorn)"

@@ -6,5 +6,9 @@ directory (DESIGN.md, "The network runtime").
 """
 
 from node.runtime._node import LEDGER_DIR, STATUS_FILE, VOTE_LOG, EventLog, NodeOptions, NodeRuntime, run_node
+from node.runtime._transport import Transport, TransportLimits
 
-__all__ = ["LEDGER_DIR", "STATUS_FILE", "VOTE_LOG", "EventLog", "NodeOptions", "NodeRuntime", "run_node"]
+__all__ = [
+    "LEDGER_DIR", "STATUS_FILE", "VOTE_LOG", "EventLog", "NodeOptions", "NodeRuntime", "Transport", "TransportLimits",
+    "run_node",
+]

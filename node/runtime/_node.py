@@ -46,9 +46,7 @@ import trio
 from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256
 from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_ledger
 from ledger.store import StoreError
-from learning._blobs import blob_to_vector, vector_to_blob
-from learning._errors import LearningError
-from learning._strategies import PublicEval
+from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
 from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
 from node.adversary import NodeAdversary

@@ -24,21 +24,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from learning._aggregators import (
+from learning.robust import (
     AGGREGATORS,
+    MDA,
     CenteredClipping,
     CoordinateWiseMedian,
     GeometricMedian,
     Krum,
-    MDA,
     MeaMed,
     Mean,
     MultiKrum,
     TrimmedMean,
 )
 from learning._errors import ConfigError, InvalidUpdateError
-from learning._preaggregators import (
+from learning.robust import (
     ARC,
+    FLOAT64_ABS_MAX,
     NNM,
     PRE_AGGREGATORS,
     Bucketing,
@@ -46,7 +47,6 @@ from learning._preaggregators import (
     StaticClipping,
     format_aggregator,
 )
-from learning._validate import FLOAT64_ABS_MAX
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -269,8 +269,8 @@ def test_mean_gives_zero_weight_to_zero_weighted_updates() -> None:
 _DIGEST_SCRIPT = r"""
 import hashlib, json, sys
 import numpy as np
-from learning._aggregators import _gram
-from learning._preaggregators import parse_aggregator
+from learning.robust._aggregators import _gram
+from learning.robust._preaggregators import parse_aggregator
 specs = json.loads(sys.argv[1])
 x = np.random.default_rng(2024).standard_normal((24, 150_001), dtype=np.float32)
 x[:5] = x[:5] * 40 + 3
@@ -314,7 +314,7 @@ def test_bit_reproducible_rules_do_not_depend_on_the_blas_thread_count() -> None
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_threads_do_not_change_the_bytes(monkeypatch: pytest.MonkeyPatch, dtype: type) -> None:
-    import learning._validate as validate_module
+    import learning.robust._validate as validate_module
 
     x = stack(20, 70_001, seed=13, dtype=dtype, outliers=4)
     results = {}

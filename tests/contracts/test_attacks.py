@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from learning._attacks import (
+from learning.attacks import (
     ALIE,
     DATA_ATTACKS,
     UPDATE_ATTACKS,

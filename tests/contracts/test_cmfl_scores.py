@@ -18,7 +18,7 @@ import consensus
 import learning
 import ledger
 from consensus import ScoreRow, combine_scores, rank_clients
-from learning._scoring import cmfl_scores, cmfl_scores_median, distance_matrix
+from learning.robust import cmfl_scores, cmfl_scores_median, distance_matrix
 
 
 def _consensus_scores(dist: np.ndarray, clients: list[str], method: str) -> dict[str, float]:
@@ -35,7 +35,7 @@ def _learning_scores(dist: np.ndarray, clients: list[str], method: str) -> dict[
 
 
 def test_one_floor() -> None:
-    assert learning.DISTANCE_FLOOR is consensus.DISTANCE_FLOOR is ledger.CMFL_DISTANCE_FLOOR == 1e-300
+    assert learning.robust.DISTANCE_FLOOR is consensus.DISTANCE_FLOOR is ledger.CMFL_DISTANCE_FLOOR == 1e-300
 
 
 @pytest.mark.parametrize("method", ["mean", "median"])

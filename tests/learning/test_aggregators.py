@@ -1,4 +1,4 @@
-"""Known values and reference implementations for the aggregation rules (learning/_aggregators.py)."""
+"""Known values and reference implementations for the aggregation rules (learning/robust/_aggregators.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from learning import _aggregators
-from learning._aggregators import (
+from learning.robust import _aggregators
+from learning.robust import (
+    MDA,
     CenteredClipping,
     CoordinateWiseMedian,
     GeometricMedian,
     Krum,
-    MDA,
     MeaMed,
     Mean,
     MultiKrum,
@@ -114,7 +114,7 @@ def test_mean_float32_is_numpys_float64_mean_rounded_once_for_any_threads_and_bl
 ) -> None:
     # d spans several accumulator blocks and ends in a one-column block; magnitudes span 2^±30. numpy's float64
     # mean over axis 0 adds whole rows in order, so the blocked, threaded kernel must give exactly its bytes.
-    import learning._validate as validate_module
+    import learning.robust._validate as validate_module
 
     d = 2 * _aggregators._SUM_BLOCK + 1
     g = np.random.default_rng(21)
@@ -141,7 +141,7 @@ def test_mean_sums_each_column_in_row_order_wherever_its_block_ends(d: int) -> N
 def test_combine_is_the_sequential_float64_sum_for_any_threads_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     # A leading run of unit coefficients (rows 3-4, one reduction), then scaled and unit rows out of order: the
     # bytes of the row-by-row float64 sum of coef[k] * x[rows[k]], divided once and rounded once.
-    import learning._validate as validate_module
+    import learning.robust._validate as validate_module
 
     d = _aggregators._SUM_BLOCK + 3
     x = (np.random.default_rng(22).standard_normal((10, d)) * 3).astype(np.float32)

@@ -9,9 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from learning._aggregators import AGGREGATORS, GeometricMedian, Mean, TrimmedMean
+from learning.robust import AGGREGATORS, GeometricMedian, Mean, TrimmedMean
 from learning._errors import ConfigError
-from learning._preaggregators import (
+from learning.robust import (
     ARC,
     NNM,
     PRE_AGGREGATORS,
@@ -189,8 +189,8 @@ def test_arc_into_mean_is_the_float64_mean_of_the_clipped_rows_for_any_thread_co
 ) -> None:
     # The fused path adds the rows in order, the clipped ones scaled in float64, and divides once by n: the bytes
     # of the float64 mean of the clipped rows (same factors) rounded once, for any number of kernel threads.
-    import learning._aggregators as aggregators_module
-    import learning._validate as validate_module
+    import learning.robust._aggregators as aggregators_module
+    import learning.robust._validate as validate_module
 
     n, f = 12, 3
     d = 2 * aggregators_module._SUM_BLOCK + 1
@@ -202,7 +202,7 @@ def test_arc_into_mean_is_the_float64_mean_of_the_clipped_rows_for_any_thread_co
     threshold = np.sort(norms)[::-1][k]
     assert list(np.flatnonzero(norms > threshold)) == [0, 1, 2, 7]
     # The factors as the rule computes them (its norms are float32 blocks summed in float64, ~1e-8 relative).
-    scale = ARC(f=f)._row_scale(aggregators_module._sq_norms(x))
+    scale = ARC(f=f)._row_scale(aggregators_module.row_sq_norms(x))
     np.testing.assert_allclose(scale, np.minimum(1.0, threshold / norms), rtol=1e-7)
     expected = ((scale[:, None] * x64).sum(axis=0) / n).astype(np.float32)
     chain = parse_aggregator(f"arc(f={f}) > mean")
@@ -328,7 +328,7 @@ def test_norm_based_rules_handle_float32_values_whose_squares_overflow() -> None
     assert np.linalg.norm(clipped[0].astype(np.float64)) == pytest.approx(1.0, rel=1e-6)
     arc = ARC(f=1)(x, rng=rng())
     np.testing.assert_allclose(np.linalg.norm(arc.astype(np.float64), axis=1), np.sqrt(50), rtol=1e-6)
-    from learning._aggregators import CenteredClipping
+    from learning.robust import CenteredClipping
 
     cc = CenteredClipping(tau=1.0, iterations=1)(x, rng=rng())
     np.testing.assert_allclose(cc, np.full(50, (5 / np.sqrt(50) + 1 / np.sqrt(50)) / 6), rtol=1e-6)

@@ -1,4 +1,4 @@
-"""Update validation before aggregation (learning/_validate.py): NaN/Inf, shape and dtype are rejected."""
+"""Update validation before aggregation (learning/robust/_validate.py): NaN/Inf, shape and dtype are rejected."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from learning._errors import ConfigError, InvalidUpdateError, LearningError
-from learning._preaggregators import parse_aggregator
-from learning._validate import (
+from learning.robust import (
     FLOAT64_ABS_MAX,
     check_rng,
     nonfinite_rows,
+    parse_aggregator,
     validate_update,
     validate_updates,
     validate_weights,
@@ -157,7 +157,7 @@ def test_error_hierarchy() -> None:
 def test_parallel_ranges_covers_the_range_once_in_aligned_pieces(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
     import threading
 
-    import learning._validate as validate_module
+    import learning.robust._validate as validate_module
 
     monkeypatch.setattr(validate_module, "WORKERS", workers)
     seen: list[tuple[int, int]] = []
@@ -183,7 +183,7 @@ def test_parallel_ranges_covers_the_range_once_in_aligned_pieces(monkeypatch: py
 
 
 def test_parallel_ranges_propagates_a_failure_and_stops_handing_out_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    import learning._validate as validate_module
+    import learning.robust._validate as validate_module
 
     monkeypatch.setattr(validate_module, "WORKERS", 2)
     calls: list[int] = []

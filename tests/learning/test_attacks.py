@@ -1,11 +1,11 @@
-"""Known values of the update-level and data-level attacks (learning/_attacks.py)."""
+"""Known values of the update-level and data-level attacks (learning/attacks/)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from learning._attacks import (
+from learning.attacks import (
     ALIE,
     Backdoor,
     Gaussian,
@@ -121,7 +121,7 @@ def test_attacks_do_not_look_at_the_defence() -> None:
     # The call signature carries only the honest updates, the rng and (for model attacks) the global model.
     import inspect
 
-    from learning._attacks import UPDATE_ATTACKS
+    from learning.attacks import UPDATE_ATTACKS
 
     for cls in UPDATE_ATTACKS.values():
         params = set(inspect.signature(cls.__call__).parameters)

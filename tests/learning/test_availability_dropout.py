@@ -7,14 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from learning._availability import AVAILABILITY, DROPPED, AvailabilityContext, parse_availability
-from learning._availability_dropout import (
+from learning.availability import (
+    AVAILABILITY,
+    DROPPED,
+    AvailabilityContext,
     BoundedDropout,
     ClassCorrelatedDropout,
     StaticDropout,
     StaticHetDropout,
     TimeVaryingDropout,
     expected_active_fraction,
+    parse_availability,
 )
 from learning._errors import ConfigError
 

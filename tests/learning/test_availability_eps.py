@@ -8,13 +8,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from learning._availability import DROPPED, AvailabilityContext, parse_availability
-from learning._availability_eps import (
+from learning.availability import (
+    DROPPED,
+    AvailabilityContext,
     EpsAdversarial,
     candidate_set_from_shadow,
     cumulative_gradient_norm,
     dropout_fraction,
     eps_adversarial_drops,
+    parse_availability,
     resolve_candidates,
 )
 from learning._errors import ConfigError

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from learning._attacks import Backdoor, parse_data_attack
-from learning._data import dataset_spec
+from learning.attacks import Backdoor, parse_data_attack
+from learning.data import dataset_spec
 from learning._errors import ConfigError
-from learning._models import MLPSpec
-from learning._training import LocalTrainer, LocalTrainingConfig
+from learning.models import MLPSpec
+from learning.training import LocalTrainer, LocalTrainingConfig
 
 SPEC = "backdoor(target=2, poisoned_per_batch=20, rows=(0, 3), cols=(0, 4), value=1.0, boost=10.0, image_shape=(8, 8))"
 TRIGGER = [r * 8 + c for r in range(3) for c in range(4)]
@@ -98,7 +98,7 @@ def test_training_with_the_batch_transform_poisons_every_batch_and_plants_the_ba
     per_epoch = -(-len(data) // 64)
     assert poisoned.steps == clean.steps == 3 * per_epoch == len(seen) and sum(seen) == 3 * len(data)
     xa, ya = bd.trigger_test_set(digits.test.x, digits.test.y)
-    from learning._data import Dataset
+    from learning.data import Dataset
 
     asr_set = Dataset(x=xa, y=ya, num_classes=10, name="asr")
     asr_poisoned = trainer.evaluate(theta + poisoned.delta, asr_set).accuracy

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from learning._data import Dataset
-from learning._models import FEMNISTCNNSpec, MLPSpec
-from learning._training import LocalTrainer, LocalTrainingConfig
+from learning.data import Dataset
+from learning.models import FEMNISTCNNSpec, MLPSpec
+from learning.training import LocalTrainer, LocalTrainingConfig
 from sim import Simulation, load_scenario, verify_ledger
 
 pytestmark = pytest.mark.gpu

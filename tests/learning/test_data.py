@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from learning._data import (
+from learning.data import (
     DATASETS,
     DataConfig,
     DataSplits,

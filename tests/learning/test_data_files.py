@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from learning._data import dataset_spec
-from learning._data_files import (
+from learning.data import (
     LEAF_LETTERS,
     CIFAR10Spec,
     EMNISTSpec,
@@ -20,11 +19,12 @@ from learning._data_files import (
     MNISTSpec,
     Sent140Spec,
     ShakespeareSpec,
+    dataset_spec,
     decode_idx,
     read_idx,
 )
 from learning._errors import DataError
-from learning._partition import NaturalPartition
+from learning.data import NaturalPartition
 
 # -- IDX --------------------------------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learning._aggregators import CoordinateWiseMedian, GeometricMedian, Krum, TrimmedMean
+from learning.robust import CoordinateWiseMedian, GeometricMedian, Krum, TrimmedMean
 from learning._errors import ConfigError
-from learning._fedro import (
+from learning.strategies import (
     b_hat_star,
     exact_b_hat,
     hypergeom_sf,
@@ -28,7 +28,7 @@ from learning._fedro import (
     recommend,
     robustness_ratio,
 )
-from learning._preaggregators import Chain, NNM
+from learning.robust import NNM, Chain
 
 # --- worked examples and test vectors of seed_004 §3 -------------------------------------------------------------
 

@@ -9,16 +9,16 @@ import torch
 from torch import nn
 
 from learning._errors import ConfigError
-from learning._models import (
+from learning.models import (
     MODELS,
     MLPSpec,
     SeededDropout,
     build_model,
     model_spec,
+    parameter_count,
     register_model,
     set_dropout_generator,
 )
-from learning._params import parameter_count
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,11 @@ import torch
 from torch.nn import functional as F
 
 from learning._errors import ConfigError
-from learning._models import build_model, model_spec
-from learning._params import (
+from learning.models import (
     FlatParameters,
+    build_model,
     flatten_parameters,
+    model_spec,
     parameter_count,
     parameter_layout,
     unflatten_parameters,

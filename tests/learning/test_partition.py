@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from learning._data import Dataset, DigitsSpec, SyntheticSpec
+from learning.data import Dataset, DigitsSpec, SyntheticSpec
 from learning._errors import ConfigError, DataError
-from learning._partition import (
+from learning.data import (
     PARTITIONS,
     DirichletPartition,
     IIDPartition,
@@ -18,10 +18,10 @@ from learning._partition import (
     PairsPartition,
     Partition,
     ShardsPartition,
-    _distinct_rows,
     partition_dataset,
     partition_spec,
 )
+from learning.data._partition import _distinct_rows
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from learning._attacks import ModelScaling
-from learning._data import Dataset, DigitsSpec, split_public
+from learning.attacks import ModelScaling
+from learning.data import Dataset, DigitsSpec, split_public
 from learning._errors import ConfigError
-from learning._models import LogisticRegressionSpec, MLPSpec
-from learning._public import PublicScorer, log_softmax64, prediction_entropy, public_scores
-from learning._strat_stragglers import Sself
-from learning._strategies import ClientUpdate, RoundInfo
-from learning._training import LocalTrainer, LocalTrainingConfig
+from learning.models import LogisticRegressionSpec, MLPSpec
+from learning.training import PublicScorer, log_softmax64, prediction_entropy, public_scores
+from learning.strategies import ClientUpdate, RoundInfo, Sself
+from learning.training import LocalTrainer, LocalTrainingConfig
 
 SPEC = MLPSpec(in_features=64, hidden=(64, 32), num_classes=10, init="he")  # seed_002 §6.1: 64-64-32-10, He
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from learning._errors import ConfigError
-from learning._schedules import (
+from learning.training import (
     FEDRO_FEMNIST,
     SCHEDULES,
     ConstantLR,

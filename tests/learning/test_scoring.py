@@ -1,4 +1,4 @@
-"""CMFL scoring (learning/_scoring.py): eq. 7/8, the median variant and the centroid identity (seed_003)."""
+"""CMFL scoring (learning/robust/_cmfl.py): eq. 7/8, the median variant and the centroid identity (seed_003)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learning._errors import ConfigError, InvalidUpdateError
-from learning._scoring import (
+from learning.robust import (
     DISTANCE_FLOOR,
     cmfl_scores,
     cmfl_scores_centroid,

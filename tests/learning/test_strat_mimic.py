@@ -10,33 +10,31 @@ import numpy as np
 import pytest
 import torch
 
-from learning._availability_dropout import BoundedDropout, TimeVaryingDropout
-from learning._data import DigitsSpec
+from learning.availability import BoundedDropout, TimeVaryingDropout
+from learning.data import DigitsSpec
 from learning._errors import ConfigError
-from learning._models import MLPSpec
-from learning._partition import KClassesPartition, partition_dataset
-from learning._strat_mimic import (
-    FedAvgUniform,
-    MimiC,
-    Scaffold,
-    ScaffoldActiveMean,
-    decode_scaffold_client_state,
-    mimic_corrections,
-    scaffold_control,
-)
-from learning._strategies import (
+from learning.models import MLPSpec
+from learning.data import KClassesPartition, partition_dataset
+from learning.strategies import (
     STRATEGIES,
     AggregateResult,
     ClientJob,
     ClientUpdate,
     FedAvg,
+    FedAvgUniform,
     LocalOutcome,
     LocalTrain,
+    MimiC,
     RoundInfo,
+    Scaffold,
+    ScaffoldActiveMean,
     Strategy,
+    decode_scaffold_client_state,
+    mimic_corrections,
+    scaffold_control,
     strategy_from_params,
 )
-from learning._training import LocalTrainer, LocalTrainingConfig
+from learning.training import LocalTrainer, LocalTrainingConfig
 
 # --- hosts ---------------------------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """MimiC against an independent float64 re-implementation of seed_001's pseudo-code (§2.1 LocalTrain, §2.3
 Algorithm 1, §2.0 Conventions G and D, §2.7 schedule), round by round, through the real strategy object.
 
-The reference below shares no code with :mod:`learning._strat_mimic`: it keeps its own correction table, its own
+The reference below shares no code with :mod:`learning.strategies._mimic`: it keeps its own correction table, its own
 ``lr_t = max(lr0·γ^t, 1e-5)`` (t from 0) and its own server step. The problem is softmax regression trained by
 minibatch SGD (batches drawn with replacement from a per-(round, client) stream, so host and reference see the
 same batches), under scheme 3 with 2 of 8 clients per round and round 0 all-active (the S4 regime), with a decaying
@@ -23,8 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from learning._strat_mimic import MimiC, mimic_corrections
-from learning._strategies import ClientJob, ClientUpdate, LocalOutcome, LocalTrain, RoundInfo
+from learning.strategies import ClientJob, ClientUpdate, LocalOutcome, LocalTrain, MimiC, RoundInfo, mimic_corrections
 
 N, F, C, B = 8, 6, 3, 4  # clients, features, classes, batch size
 D = F * C + C

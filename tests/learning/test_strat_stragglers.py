@@ -15,27 +15,32 @@ import numpy as np
 import pytest
 
 from ledger import decode, encode
-from learning._aggregators import GeometricMedian, MultiKrum
-from learning._availability import DROPPED, AvailabilityContext, parse_availability
-from learning._availability_stragglers import (
+from learning.robust import GeometricMedian, MultiKrum
+from learning.availability import (
+    DROPPED,
+    AvailabilityContext,
     Stragglers,
     adversaries_per_round,
     adversary_set,
+    parse_availability,
     round_time_units,
     sample_round,
 )
 from learning._errors import ConfigError
-from learning._strat_stragglers import (
+from learning.strategies import (
     RFA,
+    ClientUpdate,
     FedAsync,
+    FedAvg,
     FedAvgStragglers,
     NormThreshold,
+    RoundInfo,
     Sself,
     loss_weights,
     multi_krum_f,
     staleness_weights,
+    strategy_from_params,
 )
-from learning._strategies import ClientUpdate, FedAvg, RoundInfo, strategy_from_params
 
 D = 6
 

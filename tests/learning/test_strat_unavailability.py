@@ -1,7 +1,7 @@
 """seed_000 strategies (FedAvg_v, FedProx_v, FedProx, MIFA, cclip, GM, bucketing) against spec §6.1 R0 and §6.3.
 
 The client side runs on a real host trainer for quadratic clients ``f_i(w) = ½‖w − a_i‖²`` (gradient ``w − a_i``):
-``s`` local (momentum) gradient steps with an optional proximal term, exactly what ``learning._training`` does
+``s`` local (momentum) gradient steps with an optional proximal term, exactly what ``learning.training._local`` does
 for a neural network, in closed form.
 """
 
@@ -14,25 +14,23 @@ import numpy as np
 import pytest
 
 from learning._errors import ConfigError
-from learning._strat_unavailability import (
+from learning.strategies import (
     GM,
     MIFA,
+    AggregateResult,
     BucketingCClip,
     BucketingGM,
     CClip,
-    FedAvgV,
-    FedProx,
-    FedProxV,
-    FedRoTakeover,
-    MemberTable,
-)
-from learning._strategies import (
-    AggregateResult,
     ClientJob,
     ClientUpdate,
     FedAvg,
+    FedAvgV,
+    FedProx,
+    FedProxV,
     FedRo,
+    FedRoTakeover,
     LocalOutcome,
+    MemberTable,
     RoundInfo,
     Strategy,
     strategy_from_params,
@@ -366,7 +364,7 @@ def test_client_momentum_persists_across_jobs() -> None:
     np.testing.assert_allclose(th1, th0 - 0.1 * m1, atol=1e-6)  # one member: cclip of one vector within τ
     fed.round(r1.model, [0], lr=0.1)
     m2 = 0.9 * m1 + (th1 - a)
-    from learning._blobs import blob_to_vector
+    from learning.models import blob_to_vector
 
     np.testing.assert_allclose(blob_to_vector(fed.client_state["p000"], dim=2), m2, atol=1e-6)
 

@@ -9,18 +9,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from learning._data import Dataset, DigitsSpec
+from learning.data import Dataset, DigitsSpec
 from learning._errors import ConfigError
-from learning._models import MLPSpec, build_model, model_spec
-from learning._params import FlatParameters, flatten_parameters
-from learning._partition import IIDPartition, partition_dataset
-from learning._training import (
-    LocalTrainer,
-    LocalTrainingConfig,
-    evaluate,
-    resolve_device,
-    train_local,
-)
+from learning.models import FlatParameters, MLPSpec, build_model, flatten_parameters, model_spec
+from learning.data import IIDPartition, partition_dataset
+from learning.training import LocalTrainer, LocalTrainingConfig, evaluate, resolve_device, train_local
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from learning._blobs import blob_to_vector, vector_to_blob
+from learning.models import blob_to_vector, vector_to_blob
 from learning._errors import InvalidUpdateError
 from ledger import TensorEntry, encode_tensors
 

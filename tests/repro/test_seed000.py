@@ -48,8 +48,8 @@ def test_full_reproduction(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", FULL, ids=lambda p: p.name)
 def test_full_scale_scenario_names_the_missing_cifar10_files(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from learning import DataError, model_spec, parse_availability, partition_spec, schedule_spec
-    from learning._availability import AvailabilityContext
-    from learning._strategies import strategy_from_params
+    from learning.availability import AvailabilityContext
+    from learning.strategies import strategy_from_params
     from sim._engine import Simulation
     from sim._scenario import load_scenario
 

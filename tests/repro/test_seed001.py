@@ -18,10 +18,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.repro import seed001  # noqa: E402
 from benchmarks.repro._common import SCENARIOS, write_report  # noqa: E402
-from learning._availability import AvailabilityContext, parse_availability  # noqa: E402
-from learning._availability_dropout import ClassCorrelatedDropout  # noqa: E402
+from learning.availability import AvailabilityContext, ClassCorrelatedDropout, parse_availability  # noqa: E402
 from learning._errors import DataError  # noqa: E402
-from learning._strategies import strategy_from_params  # noqa: E402
+from learning.strategies import strategy_from_params  # noqa: E402
 from node.config import ConfigFileError  # noqa: E402
 from sim._engine import Simulation  # noqa: E402
 from sim._scenario import load_scenario  # noqa: E402
@@ -132,7 +131,7 @@ def test_s4_mimic_ledger_replays_algorithm_1(tmp_path: Path) -> None:
     stored in the ledger reproduces every committed model to float32 rounding, keeps Σ_i c^i = 0, and every
     upload is fresh (trained from the round's own model)."""
     from benchmarks.repro._common import run_all
-    from learning._blobs import blob_to_vector
+    from learning.models import blob_to_vector
     from ledger.store import open_ledger
 
     rounds, k = 25, 10

@@ -16,9 +16,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.repro import seed002  # noqa: E402
 from benchmarks.repro._common import SCENARIOS, RunResult, write_report  # noqa: E402
-from learning._availability import AvailabilityContext, parse_availability  # noqa: E402
+from learning.availability import AvailabilityContext, parse_availability  # noqa: E402
 from learning._errors import DataError  # noqa: E402
-from learning._strategies import strategy_from_params  # noqa: E402
+from learning.strategies import strategy_from_params  # noqa: E402
 from sim._engine import Simulation  # noqa: E402
 from sim._scenario import load_scenario  # noqa: E402
 

@@ -78,7 +78,7 @@ def test_full_reproduction(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", FULL, ids=lambda p: p.name)
 def test_full_scale_scenario_names_the_missing_femnist_files(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from learning import DataError, model_spec, parse_update_attack, recommend, schedule_spec
-    from learning._strategies import strategy_from_params
+    from learning.strategies import strategy_from_params
     from sim._engine import Simulation
     from sim._scenario import load_scenario
 

@@ -14,8 +14,8 @@ import pytest
 import tomli_w
 import torch
 
-from learning._blobs import blob_to_vector
-from learning._data import Dataset
+from learning.models import blob_to_vector
+from learning.data import Dataset
 from ledger.store import open_ledger
 from node._errors import ConfigFileError
 from sim import Simulation, load_scenario

@@ -10,7 +10,7 @@ import pytest
 
 from consensus import sample_training_clients
 from learning._errors import ConfigError
-from learning._strategies import HOST_PARAM_KEYS, strategy_from_params
+from learning.strategies import HOST_PARAM_KEYS, strategy_from_params
 from ledger import ChainContext
 from ledger.store import open_ledger
 from node._errors import ConfigFileError

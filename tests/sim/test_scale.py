@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learning._blobs import vector_to_blob
-from learning._partition import partition_dataset, partition_spec
+from learning import partition_dataset, partition_spec, vector_to_blob
 from sim import Simulation, load_scenario
 from node._errors import ConfigFileError
 from node.core import Transmit

@@ -146,7 +146,7 @@ def test_default_workers():
 
 def test_a_job_that_fails_in_a_worker_raises_its_own_error():
     # a client whose labels the 10-output model cannot have: cross-entropy refuses them, here or in a worker
-    from learning._data import Dataset
+    from learning.data import Dataset
 
     errors = []
     for workers in (0, 1):

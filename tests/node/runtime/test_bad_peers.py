@@ -63,7 +63,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from consensus._messages import KIND_PREPARE, vote_message
-from learning._blobs import vector_to_blob
+from learning.models import vector_to_blob
 from ledger import KeyPair, sha256, sign_update
 from ledger.store import open_ledger
 from node._wire import ENVELOPE_BYTES_MAX, Envelope, UpdatePacket

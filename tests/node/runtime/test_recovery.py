@@ -21,7 +21,7 @@ import tomli_w
 
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
-from sim._run import _scenario_toml, verify_ledger
+from sim import scenario_toml, verify_ledger
 from sim._testnet import free_ports, read_events, stop_processes, write_testnet
 from sim._world import World
 
@@ -56,7 +56,7 @@ def crash_and_recover(tmp: Path, seed: int) -> dict[str, object]:
     victim, at = rng.randrange(4), rng.randrange(2, ROUNDS // 2)
     sc = load_scenario(resolve_scenario("testnet"), rounds=ROUNDS)
     world = World.build(sc)
-    (tmp / "scenario.toml").write_text(tomli_w.dumps(_scenario_toml(sc)))
+    (tmp / "scenario.toml").write_text(tomli_w.dumps(scenario_toml(sc)))
     files = write_testnet(tmp, world, keys=world.keys, hosts=["127.0.0.1"] * 4, ports=free_ports(4),
                           listen_host="127.0.0.1", scenario_file="../../scenario.toml", addrs_in_genesis=False)
     procs = [_start(f.config, ROUNDS, linger=60.0) for f in files]

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from learning._aggregators import _parse_stages  # the aggregators' spec grammar
+from learning._config import parse_stages  # the aggregators' spec grammar
 from learning._errors import ConfigError
 
 __all__ = [
@@ -83,7 +83,7 @@ def register_availability(name: str) -> Callable[[type[_A]], type[_A]]:
 
 def parse_availability(spec: str, ctx: AvailabilityContext) -> Availability:
     """Build a model from ``"name"`` or ``"name(key=value, ...)"`` (values: int, float, bool, quoted string)."""
-    stages = _parse_stages(spec)
+    stages = parse_stages(spec)
     if len(stages) != 1:
         raise ConfigError(f"{spec!r}: an availability model is a single stage")
     name, params = stages[0]

@@ -15,7 +15,7 @@ decaying rate, server step 1 on deltas). The released code works in **delta unit
 
 Both sides must know ``η_L(t)``, so the schedule is a strategy parameter, not the host's: ``local_update``
 trains with ``lr_at(job.fl_round)`` and ignores ``job.lr``. Rounds: ``fl_round`` counts from 1 (block height),
-the schedules of :mod:`learning._schedules` and the paper count ``t`` from 0, so ``t = fl_round − 1``.
+the schedules of :mod:`learning.training._schedules` and the paper count ``t`` from 0, so ``t = fl_round − 1``.
 
 How the server knows K (decision)
 ---------------------------------
@@ -47,9 +47,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ledger import DecodeError, decode, encode
+from learning._config import take_params
 from learning._errors import ConfigError
-from learning._schedules import LRSchedule
-from learning._strategies import (
+from learning.strategies._base import (
     AggregateResult,
     ClientJob,
     ClientUpdate,
@@ -60,10 +60,10 @@ from learning._strategies import (
     STRATEGY_LR_SCHEDULES,
     StrategyBase,
     _stack,
-    _take,
     register_strategy,
     strategy_lr_schedule,
 )
+from learning.training import LRSchedule
 
 __all__ = [
     "LR_SCHEDULES",
@@ -82,7 +82,7 @@ UNITS = ("gradient", "delta")
 """seed_001 §2.0: Convention G (paper, default) and Convention D (released code)."""
 
 LR_SCHEDULES = STRATEGY_LR_SCHEDULES
-"""Schedules a strategy of this module accepts as ``lr_schedule`` (see :mod:`learning._schedules`)."""
+"""Schedules a strategy of this module accepts as ``lr_schedule`` (see :mod:`learning.training._schedules`)."""
 
 _STATE_DTYPES = {"float64": "<f8", "float32": "<f4"}
 
@@ -227,7 +227,7 @@ class _Scheduled(StrategyBase):
 
     @classmethod
     def _kwargs(cls, params: Mapping[str, Any], extra: dict[str, type]) -> dict[str, Any]:
-        kw = _take(params, {**STRATEGY_LR_KEYS, **extra}, cls.name)
+        kw = take_params(params, {**STRATEGY_LR_KEYS, **extra}, cls.name)
         if "lr" not in kw:
             raise ConfigError(f"{cls.name}: parameter lr is required (the strategy owns the local learning rate)")
         return kw

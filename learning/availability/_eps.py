@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learning._availability import DROPPED, AvailabilityContext, register_availability
 from learning._errors import ConfigError
+from learning.availability._base import DROPPED, AvailabilityContext, register_availability
 
 __all__ = [
     "EpsAdversarial",
@@ -191,7 +191,7 @@ class EpsAdversarial:
     candidates:
         ``C̃``, sorted member indices (resolved at the config boundary).
     sizes:
-        ``n_i`` of every member (from the :class:`~learning._availability.AvailabilityContext`).
+        ``n_i`` of every member (from the :class:`~learning.availability.AvailabilityContext`).
     strict:
         The official code's strict budget test (``<`` against ``⌊ε K N / M⌋``).
     """

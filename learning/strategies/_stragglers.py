@@ -14,7 +14,7 @@ Registered strategies (all model-space, m_k-weighted, seed_002 §2.3 "All baseli
 
 Conventions
 -----------
-* **Models from updates.** A :class:`~learning._strategies.ClientUpdate` carries ``Δ_k = w_i(k) − w_i``, the
+* **Models from updates.** A :class:`~learning.strategies.ClientUpdate` carries ``Δ_k = w_i(k) − w_i``, the
   device's model minus the global model ``w_i`` it started from (``base_round = i``). ``w_i`` is ``model`` for a
   fresh update (``base_round == info.fl_round``, or ``-1``) and ``info.base_models[i]`` for a stale one; so
   ``w_i(k) = w_i + Δ_k`` (seed_002 §7.2 item 6: the group's base is ``w_i``, not ``w_t``). A group aggregate is
@@ -42,29 +42,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learning._aggregators import (
-    GeometricMedian,
-    MultiKrum,
-    _check_bool,
-    _check_choice,
-    _check_float,
-    _check_int,
-    _sq_norms,
-)
+from learning._config import check_bool, check_choice, check_float, check_int, take_params
 from learning._errors import ConfigError
-from learning._public import PublicScorer, check_entropy_impl
-from learning._strategies import (
+from learning.robust import GeometricMedian, MultiKrum, check_rng, row_sq_norms
+from learning.strategies._base import (
     AggregateResult,
     ClientUpdate,
     FedAvg,
     PublicEval,
     RoundInfo,
     StrategyBase,
-    _take,
     check_order,
     register_strategy,
 )
-from learning._validate import check_rng
+from learning.training import PublicScorer, check_entropy_impl
 
 __all__ = [
     "GROUP_AGGREGATORS",
@@ -98,7 +89,7 @@ def loss_weights(sizes: Sequence[int], losses: Sequence[float] | None, delta: fl
 
     Computed in log space, ``log β = log m_k − δ · log max(F, 1e-12)``, normalised with log-sum-exp, so δ = 5 and
     F = 900 do not overflow. ``δ = 0`` (or ``losses=None``) returns FedAvg's ``m_k / Σ m`` exactly (``1/n`` if
-    ``Σ m = 0``, as :class:`~learning._strategies.FedAvg`). Losses must be finite (rejected models never get here).
+    ``Σ m = 0``, as :class:`~learning.strategies.FedAvg`). Losses must be finite (rejected models never get here).
 
     Examples
     --------
@@ -249,7 +240,7 @@ def _rf(x: float) -> float | str:
 
 
 def _weighted_delta(deltas: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
-    """``Σ_k w_k Δ_k`` in float64, in input order (the accumulation of :class:`~learning._strategies.FedAvg`)."""
+    """``Σ_k w_k Δ_k`` in float64, in input order (the accumulation of :class:`~learning.strategies.FedAvg`)."""
     acc = np.zeros(deltas[0].shape[0], dtype=np.float64)
     for w, delta in zip(weights, deltas, strict=True):
         acc += w * delta.astype(np.float64)
@@ -295,7 +286,7 @@ def _parse_e_th(value: object, what: str) -> float:
 
 
 def _take_with_e_th(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> dict[str, Any]:
-    kw = _take(params, allowed, what)
+    kw = take_params(params, allowed, what)
     if "e_th" in params:
         kw["e_th"] = _parse_e_th(params["e_th"], what)
     return kw
@@ -321,7 +312,7 @@ class Sself(StrategyBase):
 
     with ``i`` the round a result started from. Reductions (tested): δ = 0 and E_th = ∞ give semi-synchronous
     FedAvg (eqs. 2–3); no stragglers and γ = 1 give synchronous ELF (eq. 5 plus the filter); both give exactly
-    :class:`~learning._strategies.FedAvg` (bit for bit).
+    :class:`~learning.strategies.FedAvg` (bit for bit).
 
     Parameters
     ----------
@@ -337,7 +328,7 @@ class Sself(StrategyBase):
         Entropy threshold in nats (1; 2 on Dirichlet splits, §7.2 item 5); ``"inf"`` disables the rule (non-finite
         scores are still rejected).
     entropy_impl:
-        ``"exact"`` or ``"naive_float32"`` (§7.1): the host must build its :class:`~learning._public.PublicScorer`
+        ``"exact"`` or ``"naive_float32"`` (§7.1): the host must build its :class:`~learning.training.PublicScorer`
         with the same value (checked when ``info.public`` is one); recorded in every block.
     max_staleness:
         Oldest accepted ``fl_round − base_round`` (the straggler model's maximum delay: 2, or 4 for App. G).
@@ -369,17 +360,17 @@ class Sself(StrategyBase):
     name: ClassVar[str] = "sself"
 
     def __post_init__(self) -> None:
-        _check_int(self, "clients")
-        _check_float(self, "gamma", exclusive_minimum=0.0, maximum=1.0)
-        _check_float(self, "c", minimum=0.0)
-        _check_float(self, "delta", minimum=0.0)
+        check_int(self, "clients")
+        check_float(self, "gamma", exclusive_minimum=0.0, maximum=1.0)
+        check_float(self, "c", minimum=0.0)
+        check_float(self, "delta", minimum=0.0)
         object.__setattr__(self, "e_th", _parse_e_th(self.e_th, "sself"))
         check_entropy_impl(self.entropy_impl, "sself")
-        _check_int(self, "max_staleness")
-        _check_choice(self, "aggregator", GROUP_AGGREGATORS)
-        _check_bool(self, "filter")
-        _check_float(self, "gamma_decay", exclusive_minimum=0.0, maximum=1.0)
-        _check_int(self, "gamma_decay_every")
+        check_int(self, "max_staleness")
+        check_choice(self, "aggregator", GROUP_AGGREGATORS)
+        check_bool(self, "filter")
+        check_float(self, "gamma_decay", exclusive_minimum=0.0, maximum=1.0)
+        check_int(self, "gamma_decay_every")
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Sself:
@@ -495,12 +486,12 @@ class FedAvgStragglers(StrategyBase):
     name: ClassVar[str] = "fedavg_stragglers"
 
     def __post_init__(self) -> None:
-        _check_int(self, "clients")
-        _check_choice(self, "aggregator", ("mean", "rfa", "multi_krum"))
+        check_int(self, "clients")
+        check_choice(self, "aggregator", ("mean", "rfa", "multi_krum"))
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FedAvgStragglers:
-        return cls(**_take(params, {"clients": int, "aggregator": str}, "fedavg_stragglers"))
+        return cls(**take_params(params, {"clients": int, "aggregator": str}, "fedavg_stragglers"))
 
     def aggregate(
         self,
@@ -576,15 +567,15 @@ class FedAsync(StrategyBase):
     name: ClassVar[str] = "fedasync"
 
     def __post_init__(self) -> None:
-        _check_int(self, "clients")
-        _check_float(self, "alpha", exclusive_minimum=0.0, maximum=1.0)
-        _check_float(self, "a", minimum=0.0)
-        _check_int(self, "max_staleness")
-        _check_bool(self, "filter")
+        check_int(self, "clients")
+        check_float(self, "alpha", exclusive_minimum=0.0, maximum=1.0)
+        check_float(self, "a", minimum=0.0)
+        check_int(self, "max_staleness")
+        check_bool(self, "filter")
         object.__setattr__(self, "e_th", _parse_e_th(self.e_th, "fedasync"))
         check_entropy_impl(self.entropy_impl, "fedasync")
-        _check_float(self, "alpha_decay", exclusive_minimum=0.0, maximum=1.0)
-        _check_int(self, "alpha_decay_every")
+        check_float(self, "alpha_decay", exclusive_minimum=0.0, maximum=1.0)
+        check_int(self, "alpha_decay_every")
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FedAsync:
@@ -664,12 +655,12 @@ class NormThreshold(StrategyBase):
     name: ClassVar[str] = "norm_threshold"
 
     def __post_init__(self) -> None:
-        _check_int(self, "clients")
-        _check_float(self, "threshold", exclusive_minimum=0.0)
+        check_int(self, "clients")
+        check_float(self, "threshold", exclusive_minimum=0.0)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> NormThreshold:
-        return cls(**_take(params, {"clients": int, "threshold": float}, "norm_threshold"))
+        return cls(**take_params(params, {"clients": int, "threshold": float}, "norm_threshold"))
 
     def aggregate(
         self,
@@ -683,7 +674,7 @@ class NormThreshold(StrategyBase):
         _no_state(state, "norm_threshold")
         check_rng(rng)
         arrivals = _resolve(info, model, updates, 0, "norm_threshold")
-        norms = np.sqrt(_sq_norms(np.stack([a.delta for a in arrivals]))).tolist() if arrivals else []
+        norms = np.sqrt(row_sq_norms(np.stack([a.delta for a in arrivals]))).tolist() if arrivals else []
         kept = [u for u, nrm in zip(updates, norms) if not nrm > self.threshold]
         res = FedAvg(clients=self.clients).aggregate(info, model, kept, state=None, rng=rng)
         record = {

@@ -1,6 +1,6 @@
 """The straggler availability model and the round-sampling rules of seed_002 (§1.2, §3.1).
 
-* ``stragglers`` (registered in :data:`learning._availability.AVAILABILITY`): every sampled device delivers, late
+* ``stragglers`` (registered in :data:`learning.availability.AVAILABILITY`): every sampled device delivers, late
   by ``d`` rounds with ``d`` uniform on ``{0, …, max_delay}`` (seed_002 §1.2: ``{0, 1, 2}`` in the main experiments,
   ``{0, …, 4}`` for the severe stragglers of App. G). No device ever drops (``U_∞ = ∅``). ``delay_mode``:
   ``"per_round"`` ([DEFAULT]) draws a fresh delay every time a device is selected, from the round's ``rng``;
@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learning._availability import AvailabilityContext, register_availability
 from learning._errors import ConfigError
-from learning._validate import check_rng
+from learning.availability._base import AvailabilityContext, register_availability
+from learning.robust import check_rng
 
 __all__ = [
     "DELAY_MODES",
@@ -61,7 +61,7 @@ class Stragglers:
     seed:
         Seed of the per-device draw (unused in ``per_round`` mode).
     members:
-        N (from the :class:`~learning._availability.AvailabilityContext`).
+        N (from the :class:`~learning.availability.AvailabilityContext`).
     """
 
     max_delay: int = 2

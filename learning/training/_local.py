@@ -30,10 +30,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from learning._data import Dataset
 from learning._errors import ConfigError
-from learning._models import ModelSpec, SeededDropout, build_model
-from learning._params import FlatParameters
+from learning.data import Dataset
+from learning.models import FlatParameters, ModelSpec, SeededDropout, build_model
 
 __all__ = [
     "BatchTransform",
@@ -71,7 +70,7 @@ def resolve_device(name: str) -> torch.device:
 
 BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """``(x_batch, y_batch) -> (x', y')``: rewrites each minibatch before its step (a Byzantine client's per-batch data
-poisoning, e.g. :class:`learning._attacks.Backdoor` seed_002 §3.4: the first 20 of every batch of 64 triggered and
+poisoning, e.g. :class:`learning.attacks.Backdoor` seed_002 §3.4: the first 20 of every batch of 64 triggered and
 relabelled). Must not modify its inputs (they may be views of the client's dataset)."""
 
 
@@ -175,10 +174,12 @@ class EvalResult:
     num_samples: int
 
 
-def _batches(
+def minibatch_indices(
     n: int, config: LocalTrainingConfig, generator: torch.Generator, cursor: int
 ) -> tuple[list[torch.Tensor | None], int]:
-    """The minibatch index tensors (CPU int64) of one local run, and the next cursor."""
+    """The minibatch index tensors (CPU int64) of one local run, and the next cursor: the sampler
+    :meth:`LocalTrainer.train` draws from ``generator`` (public so that a replay elsewhere can use the very same
+    minibatches, see ``benchmarks/frameworks.py``)."""
     batch = config.batch_size
     if batch is None:
         count = config.steps if config.steps is not None else config.epochs
@@ -285,7 +286,7 @@ def train_local(
         theta = theta.clone()
     vec.copy_(theta)
 
-    batches, next_cursor = _batches(n, config, generator, cursor)
+    batches, next_cursor = minibatch_indices(n, config, generator, cursor)
     if device.type != "cpu":
         batches = [b if b is None else b.to(device, non_blocking=True) for b in batches]
     _dropout_generator(module, generator, device)
@@ -366,7 +367,7 @@ class LocalTrainer:
 
     Examples
     --------
-    >>> from learning._models import MLPSpec
+    >>> from learning.models import MLPSpec
     >>> trainer = LocalTrainer(MLPSpec(in_features=64), LocalTrainingConfig(steps=10, batch_size=32))
     >>> theta = trainer.initial_parameters(seed=0)
     >>> theta.shape

@@ -24,9 +24,9 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from learning._config import take_params
 from learning._errors import ConfigError
-from learning._preaggregators import format_aggregator, parse_aggregator
-from learning._schedules import LRSchedule, schedule_spec
+from learning.training import LRSchedule, schedule_spec
 
 __all__ = [
     "STRATEGIES",
@@ -35,7 +35,6 @@ __all__ = [
     "ClientUpdate",
     "ClientUpload",
     "FedAvg",
-    "FedRo",
     "HOST_PARAM_KEYS",
     "LocalOutcome",
     "LocalTrain",
@@ -250,22 +249,8 @@ def strategy_from_params(name: str, params: Mapping[str, Any]) -> Strategy:
     return factory({k: v for k, v in params.items() if k not in HOST_PARAM_KEYS})
 
 
-def _take(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in params.items():
-        if k not in allowed:
-            continue  # other keys belong to other layers (committee sizes, local training, ...)
-        t = allowed[k]
-        if t is float and type(v) is int:
-            v = float(v)
-        if type(v) is not t:
-            raise ConfigError(f"{what}: parameter {k} must be {t.__name__}, got {type(v).__name__}")
-        out[k] = v
-    return out
-
-
 STRATEGY_LR_SCHEDULES = ("constant", "exponential", "inverse_sqrt")
-"""Schedules a strategy may own through ``lr_schedule`` (see :mod:`learning._schedules`)."""
+"""Schedules a strategy may own through ``lr_schedule`` (see :mod:`learning.training._schedules`)."""
 STRATEGY_LR_KEYS: dict[str, type] = {"clients": int, "lr": float, "lr_schedule": str, "lr_gamma": float, "lr_min": float}
 """The ``protocol.params`` keys of a strategy-owned learning rate (with client sampling), one meaning everywhere."""
 
@@ -333,7 +318,7 @@ class FedAvg(StrategyBase):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FedAvg:
-        return cls(**_take(params, {"clients": int, "server_lr": float}, "fedavg"))
+        return cls(**take_params(params, {"clients": int, "server_lr": float}, "fedavg"))
 
     def aggregate(
         self,
@@ -355,62 +340,3 @@ class FedAvg(StrategyBase):
             acc += w * u.delta.astype(np.float64)
         new = (model.astype(np.float64) + self.server_lr * acc).astype(np.float32)
         return AggregateResult(model=new, record={"weights": [float(w) for w in weights]})
-
-
-@register_strategy("fedro")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FedRo(StrategyBase):
-    """FedRo (seed_004 Algorithm 1): ``x_{t+1} = x_t + γ_s · A(u_t^{(i)}, i ∈ S_t)``.
-
-    ``A`` is any aggregator chain (default NNM then coordinate-wise trimmed mean, the paper's choice),
-    called with tolerance ``f = b̂``; ``clients = n̂``. Use :func:`learning.recommend` to choose n̂ and b̂.
-    """
-
-    clients: int
-    f: int
-    aggregator: str = ""
-    server_lr: float = 1.0
-    name: ClassVar[str] = "fedro"
-
-    def __post_init__(self) -> None:
-        if self.clients < 1:
-            raise ConfigError(f"fedro: clients (n̂) must be >= 1, got {self.clients}")
-        if not 0 <= 2 * self.f < self.clients:
-            raise ConfigError(f"fedro: need 0 <= 2f < n̂ (f={self.f}, n̂={self.clients})")
-        spec = self.aggregator or f"nnm(f={self.f}) > trimmed_mean(f={self.f})"
-        rule = parse_aggregator(spec)
-        if not rule.bit_reproducible:
-            raise ConfigError(f"fedro: aggregator {spec!r} is not bit-reproducible; validators could not agree")
-        object.__setattr__(self, "aggregator", format_aggregator(rule))
-        if not self.server_lr > 0:
-            raise ConfigError(f"fedro: server_lr must be > 0, got {self.server_lr}")
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> FedRo:
-        kw = _take(params, {"clients": int, "f": int, "aggregator": str, "server_lr": float}, "fedro")
-        for k in ("clients", "f"):
-            if k not in kw:
-                raise ConfigError(f"fedro: parameter {k} is required")
-        return cls(**kw)
-
-    def clients_per_round(self, members: int) -> int:
-        return min(self.clients, members)
-
-    def aggregate(
-        self,
-        info: RoundInfo,
-        model: np.ndarray,
-        updates: Sequence[ClientUpdate],
-        *,
-        state: bytes | None,
-        rng: np.random.Generator,
-    ) -> AggregateResult:
-        if not updates:
-            return AggregateResult(model=model, record={"aggregator": self.aggregator, "inputs": 0})
-        x = _stack(updates, model.shape[0])
-        # The rule's tolerance must stay below half of the inputs actually received (late clients drop
-        # out); with too few inputs fall back to the coordinate-wise median, which needs no f (never the mean).
-        spec = self.aggregator if 2 * self.f < len(updates) else "median"
-        agg = parse_aggregator(spec)(x, rng=rng)
-        new = (model.astype(np.float64) + self.server_lr * np.asarray(agg, dtype=np.float64)).astype(np.float32)
-        return AggregateResult(model=new, record={"aggregator": spec, "inputs": len(updates)})

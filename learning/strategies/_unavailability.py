@@ -11,10 +11,10 @@ name                server rule                                                 
 ``gm``              the same with the smoothed-Weiszfeld geometric median           seed_000 §2.6
 ``bucketing_cclip`` bucketing (size 2) then centered clipping                      seed_000 §2.6, [KHJ22] Alg. 1
 ``bucketing_gm``    bucketing (size 2) then the geometric median                   seed_000 §2.6
-``fedro_takeover``  FedRo; ``x_{t+1} = 0`` once ``b_t > f`` sampled are Byzantine  seed_004 §4 (Fig. 2)
 =================== ============================================================== =============================
 
-Naive FedAvg is :class:`learning._strategies.FedAvg` (``"fedavg"``, seed_000 §2.3).
+Naive FedAvg is :class:`learning.strategies.FedAvg` (``"fedavg"``, seed_000 §2.3); FedRo's takeover
+(``fedro_takeover``, seed_004 Fig. 2) is in :mod:`learning.strategies._fedro`.
 
 Population weights
 ------------------
@@ -33,7 +33,7 @@ know ``η_t``. Two ways, chosen by configuration:
   ``[vector ‖ η]`` (``upload_dim(d) = d + 1``), and the server uses the (lower) median ``η`` of the round's fresh
   uploads. An upload whose ``η`` is not a positive finite number is rejected (listed in the record), never fatal.
 * ``lr`` (with ``lr_schedule``, ``lr_gamma``, ``lr_min``) set: the strategy owns the schedule exactly like the
-  seed_001 strategies (:mod:`learning._strat_mimic`): clients train at ``η(fl_round − 1)``, the server uses the
+  seed_001 strategies (:mod:`learning.strategies._mimic`): clients train at ``η(fl_round − 1)``, the server uses the
   same value, the upload is the bare vector.
 
 Determinism
@@ -54,27 +54,25 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ledger import DecodeError, decode, encode
-from learning._aggregators import CenteredClipping, GeometricMedian
-from learning._blobs import blob_to_vector, vector_to_blob
+from learning._config import take_params
 from learning._errors import ConfigError
-from learning._preaggregators import Bucketing, Chain, format_aggregator
-from learning._schedules import LRSchedule
-from learning._strategies import (
+from learning.models import blob_to_vector, vector_to_blob
+from learning.robust import Bucketing, CenteredClipping, Chain, GeometricMedian, format_aggregator
+from learning.strategies._base import (
     AggregateResult,
     ClientJob,
     ClientUpdate,
     ClientUpload,
     FedAvg,
-    FedRo,
     LocalTrain,
     RoundInfo,
     STRATEGY_LR_KEYS,
     StrategyBase,
     _stack,
-    _take,
     register_strategy,
     strategy_lr_schedule,
 )
+from learning.training import LRSchedule
 
 __all__ = [
     "GM",
@@ -85,7 +83,6 @@ __all__ = [
     "FedAvgV",
     "FedProx",
     "FedProxV",
-    "FedRoTakeover",
     "MemberTable",
     "population_weights",
 ]
@@ -302,7 +299,7 @@ class FedAvgV(StrategyBase):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FedAvgV:
-        return cls(**_take(params, cls._params, cls.name), **_parse_sizes(params, cls.name))
+        return cls(**take_params(params, cls._params, cls.name), **_parse_sizes(params, cls.name))
 
     def beta_for(self, members: int) -> float:
         """β for a federation of ``members``: the configured value, or ``M / K``."""
@@ -389,7 +386,7 @@ class FedProx(FedAvg):
     mu:
         Proximal coefficient ``μ > 0`` (default 0.1).
     clients, server_lr:
-        As :class:`~learning._strategies.FedAvg`.
+        As :class:`~learning.strategies.FedAvg`.
     """
 
     mu: float = 0.1
@@ -401,7 +398,7 @@ class FedProx(FedAvg):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> FedProx:
-        return cls(**_take(params, {"clients": int, "server_lr": float, "mu": float}, "fedprox"))
+        return cls(**take_params(params, {"clients": int, "server_lr": float, "mu": float}, "fedprox"))
 
     def local_update(self, job: ClientJob, train: LocalTrain) -> ClientUpload:
         return _prox_update(self.mu, job, train)
@@ -416,7 +413,7 @@ class FedProx(FedAvg):
 def _own_schedule(obj: Any) -> LRSchedule | None:
     """The strategy-owned schedule from ``lr``/``lr_schedule``/``lr_gamma``/``lr_min`` (None: the host's rate).
 
-    Same parameters and meaning as the seed_001 strategies (:mod:`learning._strat_mimic`), so one
+    Same parameters and meaning as the seed_001 strategies (:mod:`learning.strategies._mimic`), so one
     ``protocol.params`` configures MIFA and MimiC alike: ``"constant"`` ``η = lr``, ``"inverse_sqrt"``
     ``η_t = lr/√(t+1)``, ``"exponential"`` ``η_t = max(lr·lr_gamma^t, lr_min)`` (floor 1e-5 by default),
     ``t = fl_round − 1``.
@@ -455,7 +452,7 @@ class _RoundRate(StrategyBase):
 
     @classmethod
     def _kwargs(cls, params: Mapping[str, Any], extra: dict[str, type]) -> dict[str, Any]:
-        return {**_take(params, {**STRATEGY_LR_KEYS, **extra}, cls.name), **_parse_sizes(params, cls.name)}
+        return {**take_params(params, {**STRATEGY_LR_KEYS, **extra}, cls.name), **_parse_sizes(params, cls.name)}
 
     @property
     def lr_in_upload(self) -> bool:
@@ -687,7 +684,7 @@ class CClip(_StaleMomentum):
         v_{l+1} = v_l + \\sum_{i=1}^M w_i (m_i - v_l) \\min\\left(1, \\frac{\\tau}{\\|m_i - v_l\\|_2}\\right),
         \\quad v_0 = 0, \\; l = 0..L-1, \\qquad \\theta_{t+1} = \\theta_t - \\eta v_L
 
-    Jacobi iteration with whole-vector norms (:class:`~learning._aggregators.CenteredClipping`; the official
+    Jacobi iteration with whole-vector norms (:class:`~learning.robust.CenteredClipping`; the official
     code's Gauss–Seidel, per-tensor, model-started loop is not reproduced, §7 item 14).
 
     Parameters
@@ -780,63 +777,3 @@ class BucketingGM(GM):
 
     bucket_size: int = 2
     name: ClassVar[str] = "bucketing_gm"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# seed_004 Fig. 2: the "takeover" of FedRo (a simulation device)
-
-
-@register_strategy("fedro_takeover")
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FedRoTakeover(FedRo):
-    """FedRo with the Fig. 2 takeover of seed_004 §4: if more than ``b̂ = f`` of the round's sampled clients are
-    Byzantine (``b̂_t > b̂``), they "take control" and set ``x_{t+1} = 0``; otherwise plain FedRo (the Byzantine
-    clients then play their update attack, e.g. sign flipping, through the aggregator).
-
-    The paper's takeover is an abstraction of the adversary, not a server rule: here the Byzantine set is a
-    *declared* simulation parameter (``takeover_peers``, written in the genesis, so auditors re-execute the same
-    decision) and ``b̂_t`` counts ``info.sampled`` (the ``n̂`` sampled clients, seed_004 §8 item 5: "> b̂" fires).
-
-    Parameters
-    ----------
-    takeover_peers:
-        Peer ids of the Byzantine clients (non-empty, distinct).
-    clients, f, aggregator, server_lr:
-        As :class:`~learning._strategies.FedRo` (``clients = n̂``, ``f = b̂``).
-    """
-
-    takeover_peers: tuple[str, ...] = ()
-    name: ClassVar[str] = "fedro_takeover"
-
-    def __post_init__(self) -> None:
-        FedRo.__post_init__(self)
-        tp = self.takeover_peers
-        if not isinstance(tp, tuple) or not tp or any(type(p) is not str for p in tp) or len(set(tp)) != len(tp):
-            raise ConfigError(f"fedro_takeover: takeover_peers must be distinct peer ids (non-empty), got {tp!r}")
-        object.__setattr__(self, "takeover_peers", tuple(sorted(tp)))
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> FedRoTakeover:
-        base = FedRo.from_params(params)
-        tp = params.get("takeover_peers")
-        if not isinstance(tp, list | tuple):
-            raise ConfigError("fedro_takeover: parameter takeover_peers (a list of peer ids) is required")
-        return cls(clients=base.clients, f=base.f, aggregator=base.aggregator, server_lr=base.server_lr,
-                   takeover_peers=tuple(tp))
-
-    def aggregate(
-        self,
-        info: RoundInfo,
-        model: np.ndarray,
-        updates: Sequence[ClientUpdate],
-        *,
-        state: bytes | None,
-        rng: np.random.Generator,
-    ) -> AggregateResult:
-        byzantine = frozenset(self.takeover_peers)
-        b_t = sum(1 for p in info.sampled if p in byzantine)
-        if b_t > self.f:
-            record = {"aggregator": self.aggregator, "inputs": len(updates), "b_t": b_t, "takeover": True}
-            return AggregateResult(model=np.zeros_like(model), record=record, state=state)
-        res = FedRo.aggregate(self, info, model, updates, state=state, rng=rng)
-        return AggregateResult(model=res.model, record={**res.record, "b_t": b_t, "takeover": False}, state=res.state)

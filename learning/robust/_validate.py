@@ -32,11 +32,13 @@ import numpy as np
 
 from learning._errors import ConfigError, InvalidUpdateError
 
-__all__ = [  # WORKERS and parallel_ranges are internal to learning/ (the kernels' thread knob and helper)
+__all__ = [  # WORKERS and parallel_ranges are internal to learning/robust (read and set WORKERS through the functions)
     "FLOAT64_ABS_MAX",
     "FLOAT_DTYPES",
     "check_rng",
+    "kernel_threads",
     "nonfinite_rows",
+    "set_kernel_threads",
     "validate_update",
     "validate_updates",
     "validate_weights",
@@ -110,6 +112,20 @@ _PIECES_PER_WORKER = 4  # pieces of a parallel kernel per thread (dynamic balanc
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
+
+
+def kernel_threads() -> int:
+    """Threads the column-parallel kernels use (:data:`WORKERS`)."""
+    return WORKERS
+
+
+def set_kernel_threads(threads: int) -> None:
+    """Set the column-parallel kernels' thread count (1 = no threading). A speed knob only: the kernels split work
+    on fixed block boundaries, so results do not depend on it."""
+    global WORKERS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"kernel threads must be an int >= 1, got {threads!r}")
+    WORKERS = threads
 
 
 def _executor() -> ThreadPoolExecutor:

@@ -12,7 +12,7 @@ Datasets are resolved by name at the config boundary (:func:`dataset_spec`) into
 * ``gmm`` — the label-skewed Gaussian-mixture clients of seed_003 §7.2;
 * ``mini_femnist`` — the synthetic "mini-FEMNIST" of seed_004 §6.
 
-The file-based loaders (MNIST, Fashion-MNIST, EMNIST, CIFAR-10 binary, LEAF JSON) are in ``learning._data_files``.
+The file-based loaders (MNIST, Fashion-MNIST, EMNIST, CIFAR-10 binary, LEAF JSON) are in ``learning.data._files``.
 No loader ever uses the network.
 """
 
@@ -26,8 +26,8 @@ from typing import ClassVar, Protocol, TypeVar
 import numpy as np
 import torch
 
+from learning._config import spec_from_mapping
 from learning._errors import ConfigError, DataError
-from learning._models import spec_from_mapping
 
 __all__ = [
     "DATASETS",
@@ -316,9 +316,6 @@ def dataset_spec(name: str, params: Mapping[str, object] | None = None) -> Datas
     >>> dataset_spec("digits", {"test_fraction": 0.2, "seed": 0})
     DigitsSpec(test_fraction=0.2, seed=0, image=False)
     """
-    # The file-based loaders register themselves on import.
-    import learning._data_files  # noqa: F401
-
     try:
         cls = DATASETS[name]
     except KeyError:

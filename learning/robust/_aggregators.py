@@ -2,11 +2,11 @@
 
 Every rule is a frozen, keyword-only dataclass registered by name in :data:`AGGREGATORS`, and is called as
 ``rule(updates, rng=rng)`` on an ``(n, d)`` stack of updates (rows = clients). Names are resolved only at the
-configuration boundary, by :func:`learning._preaggregators.parse_aggregator` (``"nnm(f=2) > trimmed_mean(f=2)"``).
+configuration boundary, by :func:`learning.robust.parse_aggregator` (``"nnm(f=2) > trimmed_mean(f=2)"``).
 
 Conventions shared by every rule
 --------------------------------
-* **Input.** Validated by :func:`learning._validate.validate_updates`: a C-contiguous ``(n, d)`` ``float32`` or
+* **Input.** Validated by :func:`learning.robust.validate_updates`: a C-contiguous ``(n, d)`` ``float32`` or
   ``float64`` array, every entry finite; anything else raises :class:`~learning._errors.InvalidUpdateError`
   *before* any arithmetic. Inputs are never modified.
 * **Output.** A new 1-D array of length ``d`` with the **input's dtype** (``float32`` in, ``float32`` out).
@@ -26,7 +26,7 @@ Conventions shared by every rule
   ``A @ B`` and ``c @ X`` change with ``OPENBLAS_NUM_THREADS``); ``tests/contracts/test_aggregators.py`` checks
   every rule with 1, 2 and 4 threads, and fails if the Gram is computed with ``gemm``. Small ``n x n`` products
   are done with elementwise numpy, never with BLAS. The memory-bound passes (sums, sorts, norms) are split over
-  up to ``learning._validate.WORKERS`` threads by *disjoint column ranges*, each output element computed by the
+  up to ``learning.robust._validate.WORKERS`` threads by *disjoint column ranges*, each output element computed by the
   same operations whatever the split, so the bytes do not depend on that number either (also tested).
 * **Permutation invariance.** ``permutation_invariant = True`` means the rule is a symmetric function of its
   inputs. Rules that sum in input order (mean, geometric median, centered clipping) may differ in the last bits
@@ -40,17 +40,15 @@ so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost o
 
 from __future__ import annotations
 
-import ast
-import dataclasses
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from learning._config import check_choice, check_float, check_int, register
 from learning._errors import ConfigError
-from learning._validate import check_rng, parallel_ranges, validate_updates, validate_weights
+from learning.robust._validate import check_rng, parallel_ranges, validate_updates, validate_weights
 
 __all__ = [
     "AGGREGATORS",
@@ -66,6 +64,7 @@ __all__ = [
     "TrimmedMean",
     "pairwise_sq_distances",
     "register_aggregator",
+    "row_sq_norms",
 ]
 
 _GRAM_BLOCK = 16384  # columns per float64 block of the Gram matrix (n x 16384 x 8 bytes)
@@ -110,90 +109,13 @@ AGGREGATORS: dict[str, type] = {}
 _T = TypeVar("_T")
 
 
-def _register(registry: dict[str, type], kind: str, name: str) -> Callable[[type[_T]], type[_T]]:
-    if not name.isidentifier():
-        raise ConfigError(f"{kind} name {name!r} is not an identifier")
-
-    def decorate(cls: type[_T]) -> type[_T]:
-        if name in registry:
-            raise ConfigError(f"{kind} {name!r} is already registered (by {registry[name].__qualname__})")
-        cls.name = name  # type: ignore[attr-defined]
-        registry[name] = cls
-        return cls
-
-    return decorate
-
-
 def register_aggregator(name: str) -> Callable[[type[_T]], type[_T]]:
     """Class decorator: register an aggregation rule under ``name`` (sets ``cls.name``)."""
-    return _register(AGGREGATORS, "aggregator", name)
+    return register(AGGREGATORS, "aggregator", name)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Field validation (used in __post_init__ of every frozen config dataclass)
-
-
-def _set(obj: object, field: str, value: object) -> None:
-    object.__setattr__(obj, field, value)
-
-
-def _check_int(obj: object, field: str, *, minimum: int = 0, optional: bool = False) -> None:
-    value = getattr(obj, field)
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{type(obj).__name__}.{field} must be an int, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{type(obj).__name__}.{field} must be >= {minimum}, got {value}")
-    _set(obj, field, int(value))
-
-
-def _check_float(
-    obj: object,
-    field: str,
-    *,
-    minimum: float | None = None,
-    exclusive_minimum: float | None = None,
-    maximum: float | None = None,
-    exclusive_maximum: float | None = None,
-) -> None:
-    value = getattr(obj, field)
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{type(obj).__name__}.{field} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ConfigError(f"{type(obj).__name__}.{field} must be finite, got {value}")
-    bad = (
-        (minimum is not None and value < minimum)
-        or (exclusive_minimum is not None and value <= exclusive_minimum)
-        or (maximum is not None and value > maximum)
-        or (exclusive_maximum is not None and value >= exclusive_maximum)
-    )
-    if bad:
-        bounds = []
-        if minimum is not None:
-            bounds.append(f">= {minimum}")
-        if exclusive_minimum is not None:
-            bounds.append(f"> {exclusive_minimum}")
-        if maximum is not None:
-            bounds.append(f"<= {maximum}")
-        if exclusive_maximum is not None:
-            bounds.append(f"< {exclusive_maximum}")
-        raise ConfigError(f"{type(obj).__name__}.{field} must be {' and '.join(bounds)}, got {value}")
-    _set(obj, field, value)
-
-
-def _check_bool(obj: object, field: str) -> None:
-    value = getattr(obj, field)
-    if not isinstance(value, bool | np.bool_):
-        raise ConfigError(f"{type(obj).__name__}.{field} must be a bool, got {value!r}")
-    _set(obj, field, bool(value))
-
-
-def _check_choice(obj: object, field: str, choices: tuple[str, ...]) -> None:
-    value = getattr(obj, field)
-    if value not in choices:
-        raise ConfigError(f"{type(obj).__name__}.{field} must be one of {choices}, got {value!r}")
+# Call-time checks (field checks are in learning._config)
 
 
 def _check_f_bound(rule: object, f: int, n: int) -> None:
@@ -281,7 +203,7 @@ def _central_input(g: np.ndarray, a: np.ndarray) -> int | None:
     return int(np.argmin(np.add.reduce(np.sqrt(dist) * a[None, :], axis=1)))
 
 
-def _sq_norms(x: np.ndarray) -> np.ndarray:
+def row_sq_norms(x: np.ndarray) -> np.ndarray:
     """Row squared norms ``‖x_i‖²`` (numpy's einsum loop, no BLAS), as float64.
 
     Each block of ``_NORM_BLOCK`` columns is reduced in the input precision (einsum's SIMD accumulators) and the
@@ -581,7 +503,7 @@ class TrimmedMean(_Rule):
     supports_weights: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
+        check_int(self, "f")
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         _no_weights(self, w)
@@ -632,7 +554,7 @@ class MeaMed(_Rule):
     supports_weights: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
+        check_int(self, "f")
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         _no_weights(self, w)
@@ -719,10 +641,10 @@ class GeometricMedian(_Rule):
     supports_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_float(self, "nu", exclusive_minimum=0.0)
-        _check_int(self, "iterations", minimum=1)
-        _check_choice(self, "init", ("zero", "mean"))
-        _check_float(self, "ftol", minimum=0.0)
+        check_float(self, "nu", exclusive_minimum=0.0)
+        check_int(self, "iterations", minimum=1)
+        check_choice(self, "init", ("zero", "mean"))
+        check_float(self, "ftol", minimum=0.0)
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
@@ -781,8 +703,8 @@ class CenteredClipping(_Rule):
     supports_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_float(self, "tau", exclusive_minimum=0.0)
-        _check_int(self, "iterations", minimum=1)
+        check_float(self, "tau", exclusive_minimum=0.0)
+        check_int(self, "iterations", minimum=1)
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
@@ -790,7 +712,7 @@ class CenteredClipping(_Rule):
         c = np.zeros(n)
         if self.iterations == 1:
             g = None
-            dist = np.sqrt(_sq_norms(x))
+            dist = np.sqrt(row_sq_norms(x))
         else:
             g = _gram(x)
             dist = np.sqrt(np.diagonal(g))
@@ -864,8 +786,8 @@ class Krum(_Rule):
     supports_weights: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
-        _check_choice(self, "variant", ("byzfl", "blanchard"))
+        check_int(self, "f")
+        check_choice(self, "variant", ("byzfl", "blanchard"))
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         _no_weights(self, w)
@@ -911,9 +833,9 @@ class MultiKrum(_Rule):
     supports_weights: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
-        _check_int(self, "q", minimum=1, optional=True)
-        _check_choice(self, "variant", ("byzfl", "blanchard"))
+        check_int(self, "f")
+        check_int(self, "q", minimum=1, optional=True)
+        check_choice(self, "variant", ("byzfl", "blanchard"))
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         n = x.shape[0]
@@ -1050,7 +972,7 @@ class MDA(_Rule):
     supports_weights: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
+        check_int(self, "f")
 
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         _no_weights(self, w)
@@ -1058,66 +980,3 @@ class MDA(_Rule):
         _check_f_bound(self, self.f, n)
         chosen = _mda_subset(_distances_from_gram(_gram(x)), self.f)
         return _combine(x, chosen, None, float(chosen.size))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Spec strings: "name(key=value, ...)" stages, parsed with ast (no eval), shared by aggregators and attacks.
-
-
-def _parse_stage(node: ast.expr, spec: str) -> tuple[str, dict[str, Any]]:
-    if isinstance(node, ast.Name):
-        return node.id, {}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        if node.args:
-            raise ConfigError(f"{spec!r}: {node.func.id}(...) takes keyword arguments only (e.g. f=2)")
-        kwargs: dict[str, Any] = {}
-        for kw in node.keywords:
-            if kw.arg is None:
-                raise ConfigError(f"{spec!r}: ** is not allowed")
-            try:
-                kwargs[kw.arg] = ast.literal_eval(kw.value)
-            except ValueError:
-                raise ConfigError(
-                    f"{spec!r}: the value of {kw.arg} must be a literal (number, string, bool, None, tuple)"
-                ) from None
-        return node.func.id, kwargs
-    raise ConfigError(f"{spec!r}: expected name or name(key=value, ...), got {ast.unparse(node)!r}")
-
-
-def _parse_stages(spec: str) -> list[tuple[str, dict[str, Any]]]:
-    """Split ``"a(x=1) > b > c(y=2)"`` into ``[("a", {"x": 1}), ("b", {}), ("c", {"y": 2})]``."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"expected a non-empty spec string, got {spec!r}")
-    try:
-        tree = ast.parse(spec.strip(), mode="eval").body
-    except SyntaxError as exc:
-        raise ConfigError(f"cannot parse {spec!r}: {exc.msg}") from None
-    if isinstance(tree, ast.Compare):
-        if not all(isinstance(op, ast.Gt) for op in tree.ops):
-            raise ConfigError(f"{spec!r}: stages are chained with '>' only")
-        nodes = [tree.left, *tree.comparators]
-    else:
-        nodes = [tree]
-    return [_parse_stage(node, spec) for node in nodes]
-
-
-def _construct(registry: dict[str, type], kind: str, name: str, kwargs: dict[str, Any]) -> Any:
-    """Build a registered config dataclass from parsed keyword arguments (names checked against its fields)."""
-    cls = registry.get(name)
-    if cls is None:
-        raise ConfigError(f"unknown {kind} {name!r}; known: {', '.join(sorted(registry))}")
-    fields = {fld.name for fld in dataclasses.fields(cls) if fld.init}
-    unknown = sorted(set(kwargs) - fields)
-    if unknown:
-        raise ConfigError(f"{kind} {name!r} has no parameter(s) {unknown}; parameters: {sorted(fields)}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a missing required field
-        raise ConfigError(f"{kind} {name!r}: {exc}") from None
-
-
-def _format_stage(obj: object) -> str:
-    """Canonical ``name(field=value, ...)`` of a registered config dataclass (all init fields, in order)."""
-    parts = [f"{fld.name}={getattr(obj, fld.name)!r}" for fld in dataclasses.fields(obj) if fld.init]  # type: ignore[arg-type]
-    name = type(obj).name  # type: ignore[attr-defined]
-    return f"{name}({', '.join(parts)})" if parts else name

@@ -1,4 +1,12 @@
-"""FedRo's choice of the sample size n̂ and the aggregator tolerance b̂, and robustness coefficients κ.
+"""FedRo (seed_004): the strategy, its choice of the sample size n̂ and the aggregator tolerance b̂, and robustness
+coefficients κ.
+
+=================== ============================================================== =============================
+name                server rule                                                    spec
+=================== ============================================================== =============================
+``fedro``           ``x_{t+1} = x_t + γ_s · A(u_t^(i), i ∈ S_t)``, ``f = b̂``      seed_004 Algorithm 1
+``fedro_takeover``  FedRo; ``x_{t+1} = 0`` once ``b_t > f`` sampled are Byzantine  seed_004 §4 (Fig. 2)
+=================== ============================================================== =============================
 
 Spec seed_004 §3 ("Tackling Byzantine Clients in Federated Learning"). With ``b`` Byzantine clients among ``n`` and
 ``n̂`` sampled per round without replacement, the number of sampled Byzantine clients is
@@ -22,15 +30,21 @@ called with tolerance ``b̂ < n̂/2``. Bernoulli KL divergence:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from learning._config import take_params
 from learning._errors import ConfigError
+from learning.robust import format_aggregator, parse_aggregator
+from learning.strategies._base import AggregateResult, ClientUpdate, RoundInfo, StrategyBase, _stack, register_strategy
 
 __all__ = [
+    "FedRo",
+    "FedRoTakeover",
     "Recommendation",
     "b_hat_star",
     "exact_b_hat",
@@ -297,3 +311,126 @@ def robustness_ratio(output: np.ndarray, inputs: np.ndarray, f: int, *, atol: fl
             continue
         worst = max(worst, err / spread)
     return worst
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The FedRo strategy (seed_004 Algorithm 1)
+
+
+@register_strategy("fedro")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FedRo(StrategyBase):
+    """FedRo (seed_004 Algorithm 1): ``x_{t+1} = x_t + γ_s · A(u_t^{(i)}, i ∈ S_t)``.
+
+    ``A`` is any aggregator chain (default NNM then coordinate-wise trimmed mean, the paper's choice),
+    called with tolerance ``f = b̂``; ``clients = n̂``. Use :func:`learning.recommend` to choose n̂ and b̂.
+    """
+
+    clients: int
+    f: int
+    aggregator: str = ""
+    server_lr: float = 1.0
+    name: ClassVar[str] = "fedro"
+
+    def __post_init__(self) -> None:
+        if self.clients < 1:
+            raise ConfigError(f"fedro: clients (n̂) must be >= 1, got {self.clients}")
+        if not 0 <= 2 * self.f < self.clients:
+            raise ConfigError(f"fedro: need 0 <= 2f < n̂ (f={self.f}, n̂={self.clients})")
+        spec = self.aggregator or f"nnm(f={self.f}) > trimmed_mean(f={self.f})"
+        rule = parse_aggregator(spec)
+        if not rule.bit_reproducible:
+            raise ConfigError(f"fedro: aggregator {spec!r} is not bit-reproducible; validators could not agree")
+        object.__setattr__(self, "aggregator", format_aggregator(rule))
+        if not self.server_lr > 0:
+            raise ConfigError(f"fedro: server_lr must be > 0, got {self.server_lr}")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> FedRo:
+        kw = take_params(params, {"clients": int, "f": int, "aggregator": str, "server_lr": float}, "fedro")
+        for k in ("clients", "f"):
+            if k not in kw:
+                raise ConfigError(f"fedro: parameter {k} is required")
+        return cls(**kw)
+
+    def clients_per_round(self, members: int) -> int:
+        return min(self.clients, members)
+
+    def aggregate(
+        self,
+        info: RoundInfo,
+        model: np.ndarray,
+        updates: Sequence[ClientUpdate],
+        *,
+        state: bytes | None,
+        rng: np.random.Generator,
+    ) -> AggregateResult:
+        if not updates:
+            return AggregateResult(model=model, record={"aggregator": self.aggregator, "inputs": 0})
+        x = _stack(updates, model.shape[0])
+        # The rule's tolerance must stay below half of the inputs actually received (late clients drop
+        # out); with too few inputs fall back to the coordinate-wise median, which needs no f (never the mean).
+        spec = self.aggregator if 2 * self.f < len(updates) else "median"
+        agg = parse_aggregator(spec)(x, rng=rng)
+        new = (model.astype(np.float64) + self.server_lr * np.asarray(agg, dtype=np.float64)).astype(np.float32)
+        return AggregateResult(model=new, record={"aggregator": spec, "inputs": len(updates)})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# seed_004 Fig. 2: the "takeover" of FedRo (a simulation device)
+
+
+@register_strategy("fedro_takeover")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FedRoTakeover(FedRo):
+    """FedRo with the Fig. 2 takeover of seed_004 §4: if more than ``b̂ = f`` of the round's sampled clients are
+    Byzantine (``b̂_t > b̂``), they "take control" and set ``x_{t+1} = 0``; otherwise plain FedRo (the Byzantine
+    clients then play their update attack, e.g. sign flipping, through the aggregator).
+
+    The paper's takeover is an abstraction of the adversary, not a server rule: here the Byzantine set is a
+    *declared* simulation parameter (``takeover_peers``, written in the genesis, so auditors re-execute the same
+    decision) and ``b̂_t`` counts ``info.sampled`` (the ``n̂`` sampled clients, seed_004 §8 item 5: "> b̂" fires).
+
+    Parameters
+    ----------
+    takeover_peers:
+        Peer ids of the Byzantine clients (non-empty, distinct).
+    clients, f, aggregator, server_lr:
+        As :class:`FedRo` (``clients = n̂``, ``f = b̂``).
+    """
+
+    takeover_peers: tuple[str, ...] = ()
+    name: ClassVar[str] = "fedro_takeover"
+
+    def __post_init__(self) -> None:
+        FedRo.__post_init__(self)
+        tp = self.takeover_peers
+        if not isinstance(tp, tuple) or not tp or any(type(p) is not str for p in tp) or len(set(tp)) != len(tp):
+            raise ConfigError(f"fedro_takeover: takeover_peers must be distinct peer ids (non-empty), got {tp!r}")
+        object.__setattr__(self, "takeover_peers", tuple(sorted(tp)))
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> FedRoTakeover:
+        base = FedRo.from_params(params)
+        tp = params.get("takeover_peers")
+        if not isinstance(tp, list | tuple):
+            raise ConfigError("fedro_takeover: parameter takeover_peers (a list of peer ids) is required")
+        return cls(clients=base.clients, f=base.f, aggregator=base.aggregator, server_lr=base.server_lr,
+                   takeover_peers=tuple(tp))
+
+    def aggregate(
+        self,
+        info: RoundInfo,
+        model: np.ndarray,
+        updates: Sequence[ClientUpdate],
+        *,
+        state: bytes | None,
+        rng: np.random.Generator,
+    ) -> AggregateResult:
+        byzantine = frozenset(self.takeover_peers)
+        b_t = sum(1 for p in info.sampled if p in byzantine)
+        if b_t > self.f:
+            record = {"aggregator": self.aggregator, "inputs": len(updates), "b_t": b_t, "takeover": True}
+            return AggregateResult(model=np.zeros_like(model), record=record, state=state)
+        res = FedRo.aggregate(self, info, model, updates, state=state, rng=rng)
+        return AggregateResult(model=res.model, record={**res.record, "b_t": b_t, "takeover": False}, state=res.state)

@@ -38,8 +38,8 @@ from typing import ClassVar, Literal
 import numpy as np
 import torch
 
-from learning._data import DataSplits, Dataset, register_dataset
 from learning._errors import ConfigError, DataError
+from learning.data._datasets import DataSplits, Dataset, register_dataset
 
 __all__ = [
     "CIFAR10Spec",

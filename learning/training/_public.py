@@ -5,9 +5,9 @@ seed_002 eq. (4) and §2.2::
     E_avg(w) = (1/n_pub) Σ_j E_{x_j}(w),   E_x(w) = − Σ_q P^{(q)}_x(w) · ln P^{(q)}_x(w)     (natural log, nats)
     F_pub(w) = (1/n_pub) Σ_j ℓ(w; x_j, y_j)                                                 (cross-entropy)
 
-:class:`PublicScorer` implements the :class:`learning._strategies.PublicEval` protocol (``scorer(model) ->
+:class:`PublicScorer` implements the :class:`learning.strategies.PublicEval` protocol (``scorer(model) ->
 (E_avg, F_pub)``) on the class-balanced public split the server holds (seed_002 §1.3; carve it with
-:func:`learning._data.split_public` / :func:`learning._data.with_public`, e.g. ``with_public(splits, seed=s,
+:func:`learning.data.split_public` / :func:`learning.data.with_public`, e.g. ``with_public(splits, seed=s,
 fraction=0.02)`` or ``size=50`` for the §6.1 reproduction: that helper already exists and is not duplicated here).
 
 Two entropy implementations (seed_002 §7.1, the paper discrepancy):
@@ -40,11 +40,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from learning._data import Dataset
 from learning._errors import ConfigError
-from learning._models import ModelSpec, build_model
-from learning._params import FlatParameters
-from learning._training import LocalTrainer
+from learning.data import Dataset
+from learning.models import FlatParameters, ModelSpec, build_model
+from learning.training._local import LocalTrainer
 
 __all__ = [
     "ENTROPY_IMPLS",
@@ -144,7 +143,7 @@ class MemoInfo:
 
 
 class PublicScorer:
-    """Deterministic :class:`~learning._strategies.PublicEval` on a public split (seed_002 eq. 4, §1.3, §7.1).
+    """Deterministic :class:`~learning.strategies.PublicEval` on a public split (seed_002 eq. 4, §1.3, §7.1).
 
     Parameters
     ----------
@@ -161,8 +160,8 @@ class PublicScorer:
 
     Examples
     --------
-    >>> from learning._data import DigitsSpec, split_public
-    >>> from learning._models import MLPSpec
+    >>> from learning.data import DigitsSpec, split_public
+    >>> from learning.models import MLPSpec
     >>> import numpy as np
     >>> public, _ = split_public(DigitsSpec().load().train, 50, rng=np.random.default_rng(0))
     >>> scorer = PublicScorer(MLPSpec(in_features=64, hidden=(64, 32)), public)

@@ -7,7 +7,7 @@ a :class:`Chain` runs pre-aggregators in order and then an aggregation rule::
     aggregate = rule(updates, rng=rng)
 
 Each stage validates its own parameters (``f`` against the number of rows it receives, which bucketing changes).
-Pre-aggregators follow the conventions of :mod:`learning._aggregators`: validated input, never modified; output
+Pre-aggregators follow the conventions of :mod:`learning.robust._aggregators`: validated input, never modified; output
 in the input dtype, computed in float64; a keyword-only ``rng``. Weights (``apply(..., weights=w)``) travel
 through a chain: clipping, ARC and NNM keep row ``i``'s weight on output row ``i``; bucketing returns the
 weighted bucket means with the bucket totals as weights (seed_000 §2.6).
@@ -24,24 +24,20 @@ from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from learning._aggregators import (
+from learning._config import check_float, check_int, construct, format_stage, parse_stages, register
+from learning._errors import ConfigError
+from learning.robust._aggregators import (
     AGGREGATORS,
     Aggregator,
     Mean,
+    _Rule,
     _check_f_bound,
-    _check_float,
-    _check_int,
     _combine,
-    _construct,
     _distances_from_gram,
-    _format_stage,
     _gram,
-    _parse_stages,
-    _register,
-    _sq_norms,
+    row_sq_norms,
 )
-from learning._errors import ConfigError
-from learning._validate import check_rng, parallel_ranges, validate_updates, validate_weights
+from learning.robust._validate import check_rng, parallel_ranges, validate_updates, validate_weights
 
 __all__ = [
     "ARC",
@@ -88,7 +84,7 @@ def register_preaggregator(name: str) -> Callable[[type[_T]], type[_T]]:
     """Class decorator: register a pre-aggregation rule under ``name`` (sets ``cls.name``)."""
     if name in AGGREGATORS:
         raise ConfigError(f"{name!r} is already an aggregator name")
-    return _register(PRE_AGGREGATORS, "pre-aggregator", name)
+    return register(PRE_AGGREGATORS, "pre-aggregator", name)
 
 
 class _PreRule:
@@ -111,7 +107,7 @@ class _RowScaling(_PreRule):
     """A pre-aggregator that only rescales rows, ``y_i = s_i x_i`` with ``s_i`` a function of the row norms.
 
     Chains apply such stages lazily: consecutive scalings multiply their factors (norms of scaled rows are
-    ``s_i ‖x_i‖``), and a following :class:`~learning._aggregators.Mean` folds the factors into its weights, so
+    ``s_i ‖x_i‖``), and a following :class:`~learning.robust.Mean` folds the factors into its weights, so
     the scaled stack is never materialised.
     """
 
@@ -120,7 +116,7 @@ class _RowScaling(_PreRule):
     def _apply(
         self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        return _scale_rows(x, self._row_scale(_sq_norms(x))), w
+        return _scale_rows(x, self._row_scale(row_sq_norms(x))), w
 
     def _row_scale(self, sq_norms: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -166,7 +162,7 @@ class NNM(_PreRule):
     permutation_invariant: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
+        check_int(self, "f")
 
     def _apply(
         self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator
@@ -235,7 +231,7 @@ class Bucketing(_PreRule):
     permutation_invariant: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        _check_int(self, "bucket_size", minimum=1)
+        check_int(self, "bucket_size", minimum=1)
 
     def _apply(
         self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator
@@ -281,7 +277,7 @@ class StaticClipping(_RowScaling):
     permutation_invariant: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_float(self, "c", exclusive_minimum=0.0)
+        check_float(self, "c", exclusive_minimum=0.0)
 
     def _row_scale(self, sq_norms: np.ndarray) -> np.ndarray:
         norms = np.sqrt(sq_norms)
@@ -315,7 +311,7 @@ class ARC(_RowScaling):
     permutation_invariant: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_int(self, "f")
+        check_int(self, "f")
 
     def _row_scale(self, sq_norms: np.ndarray) -> np.ndarray:
         n = sq_norms.shape[0]
@@ -397,20 +393,23 @@ class Chain:
         sq_norms: np.ndarray | None = None
         if fused:
             # float32 input, first stage a row scaling: its row norms double as the finiteness check (a NaN/Inf
-            # makes a norm non-finite; _sq_norms redoes overflowing float32 rows in float64, which cannot overflow).
-            sq_norms = _sq_norms(x)
+            # makes a norm non-finite; row_sq_norms redoes overflowing float32 rows in float64, which cannot overflow).
+            sq_norms = row_sq_norms(x)
             if not np.isfinite(sq_norms).all():
                 validate_updates(x)
         for stage in self.pre:
             if isinstance(stage, _RowScaling):
                 if sq_norms is None:
-                    sq_norms = _sq_norms(x)
+                    sq_norms = row_sq_norms(x)
                 factors = stage._row_scale(sq_norms if scale is None else sq_norms * scale**2)
                 scale = factors if scale is None else scale * factors
                 continue
             if scale is not None:
                 x, scale, sq_norms = _scale_rows(x, scale), None, None
-            x, w = stage._apply(x, w, rng)  # type: ignore[attr-defined]
+            if isinstance(stage, _PreRule):
+                x, w = stage._apply(x, w, rng)  # type: ignore[attr-defined]
+            else:  # a plug-in that implements the PreAggregator protocol only
+                x, w = stage.apply(x, rng=rng, weights=w)
         if scale is not None:
             if isinstance(self.final, Mean):
                 # Unweighted: (Σ_i s_i x_i) / n; unclipped rows (s_i = 1) are added without a multiplication.
@@ -418,7 +417,10 @@ class Chain:
                     return _combine(x, np.arange(x.shape[0]), scale, float(x.shape[0]))
                 return _combine(x, np.arange(x.shape[0]), scale * w)
             x = _scale_rows(x, scale)
-        return self.final._aggregate(x, w, rng)  # type: ignore[attr-defined]
+        if isinstance(self.final, _Rule):
+            return self.final._aggregate(x, w, rng)  # type: ignore[attr-defined]
+        # a plug-in that implements the Aggregator protocol only
+        return self.final(x, rng=rng) if w is None else self.final(x, rng=rng, weights=w)
 
 
 def parse_aggregator(spec: str, /) -> Aggregator | Chain:
@@ -440,16 +442,16 @@ def parse_aggregator(spec: str, /) -> Aggregator | Chain:
     ConfigError
         Unknown name, unknown or missing parameter, bad value, or a misplaced stage.
     """
-    stages = _parse_stages(spec)
+    stages = parse_stages(spec)
     *pre_specs, (final_name, final_kwargs) = stages
     pre = []
     for name, kwargs in pre_specs:
         if name in AGGREGATORS:
             raise ConfigError(f"{spec!r}: {name!r} is an aggregator; only the last stage may be one")
-        pre.append(_construct(PRE_AGGREGATORS, "pre-aggregator", name, kwargs))
+        pre.append(construct(PRE_AGGREGATORS, "pre-aggregator", name, kwargs))
     if final_name in PRE_AGGREGATORS:
         raise ConfigError(f"{spec!r}: the last stage must be an aggregator, {final_name!r} is a pre-aggregator")
-    final = _construct(AGGREGATORS, "aggregator", final_name, final_kwargs)
+    final = construct(AGGREGATORS, "aggregator", final_name, final_kwargs)
     if not pre:
         return final  # type: ignore[no-any-return]
     return Chain(pre=tuple(pre), final=final)
@@ -461,5 +463,5 @@ def format_aggregator(rule: Aggregator | Chain, /) -> str:
     Suitable for genesis files and ledger records: ``parse_aggregator(format_aggregator(r)) == r``.
     """
     if isinstance(rule, Chain):
-        return " > ".join(_format_stage(s) for s in (*rule.pre, rule.final))
-    return _format_stage(rule)
+        return " > ".join(format_stage(s) for s in (*rule.pre, rule.final))
+    return format_stage(rule)

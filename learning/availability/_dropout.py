@@ -1,4 +1,4 @@
-"""Client-dropout schemes of seed_001 §3 (MimiC experiments), as :class:`learning._availability.Availability` models.
+"""Client-dropout schemes of seed_001 §3 (MimiC experiments), as :class:`learning.availability.Availability` models.
 
 Every scheme decides an active set ``𝒜_t`` over all N members, then answers for the sampled ones: active →
 ``0`` (on time), inactive → ``DROPPED``. Conventions shared by all of them:
@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learning._availability import DROPPED, AvailabilityContext, register_availability
+from learning._config import take_params
 from learning._errors import ConfigError
-from learning._strategies import _take
+from learning.availability._base import DROPPED, AvailabilityContext, register_availability
 
 __all__ = [
     "BoundedDropout",
@@ -62,7 +62,7 @@ def _params(params: Mapping[str, Any], allowed: dict[str, type], what: str) -> d
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ConfigError(f"{what}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}")
-    return _take({k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}, allowed, what)
+    return take_params({k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}, allowed, what)
 
 
 def _check_int(what: str, key: str, value: int, low: int) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ledger import CMFL_DISTANCE_FLOOR
 from learning._errors import ConfigError, InvalidUpdateError
-from learning._validate import validate_update, validate_updates
+from learning.robust._validate import validate_update, validate_updates
 
 __all__ = [
     "DISTANCE_FLOOR",

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, TypeVar
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from learning._config import spec_from_mapping
 from learning._errors import ConfigError
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
     "model_spec",
     "register_model",
     "set_dropout_generator",
-    "spec_from_mapping",
 ]
 
 
@@ -105,28 +105,6 @@ def model_spec(name: str, params: Mapping[str, object] | None = None) -> ModelSp
     except KeyError:
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}") from None
     return spec_from_mapping(cls, params or {}, what=f"model {name!r}")
-
-
-def spec_from_mapping(cls: type[_S], params: Mapping[str, object], *, what: str) -> _S:
-    """Build the frozen spec dataclass ``cls`` from a mapping (a parsed TOML table), strictly.
-
-    Unknown keys, missing required keys and constructor errors become :class:`ConfigError` naming ``what``;
-    lists become tuples (TOML has no tuples). Used by every ``*_spec(name, params)`` resolver of ``learning``.
-    """
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ConfigError(f"{what}: unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    missing = sorted(
-        n for n, f in known.items() if n not in params and f.default is MISSING and f.default_factory is MISSING
-    )
-    if missing:
-        raise ConfigError(f"{what}: missing parameter(s) {', '.join(missing)}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-    try:
-        return cls(**values)
-    except TypeError as exc:  # e.g. a positional-only mismatch; keep it a config error
-        raise ConfigError(f"{what}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -37,9 +37,9 @@ from typing import ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from learning._data import Dataset
+from learning._config import spec_from_mapping
 from learning._errors import ConfigError, DataError
-from learning._models import spec_from_mapping
+from learning.data._datasets import Dataset
 
 __all__ = [
     "PARTITIONS",

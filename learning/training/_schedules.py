@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
+from learning._config import spec_from_mapping
 from learning._errors import ConfigError
-from learning._models import spec_from_mapping
 
 __all__ = [
     "FEDRO_FEMNIST",
