@@ -18,7 +18,10 @@ No loader ever uses the network.
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar, Protocol, TypeVar
@@ -421,20 +424,29 @@ class DigitsSpec:
         _check_seed("digits: seed", self.seed)
 
     def load(self) -> DataSplits:
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency of the digits default
-            raise DataError("the 'digits' dataset needs scikit-learn (pip install scikit-learn)") from exc
-        bunch = load_digits()
-        x = torch.from_numpy((np.asarray(bunch.data, dtype=np.float64) / 16.0).astype(np.float32))
+        data = _digits_table()
+        x = torch.from_numpy((data[:, :-1] / 16.0).astype(np.float32))
         if self.image:
             x = x.view(-1, 1, 8, 8)
-        y = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
+        y = torch.from_numpy(data[:, -1].astype(np.int64))
         full = Dataset(x=x, y=y, num_classes=10, name="digits")
         n = len(full)
         n_test = math.ceil(self.test_fraction * n)
         perm = np.random.default_rng(self.seed).permutation(n)
         return DataSplits(train=full.subset(perm[n_test:]), test=full.subset(perm[:n_test]))
+
+
+def _digits_table() -> np.ndarray:
+    """scikit-learn's ``digits.csv.gz`` as ``sklearn.datasets.load_digits`` reads it (``np.loadtxt``, float64:
+    64 pixel values 0..16, then the label), found without importing scikit-learn, whose imports (scipy,
+    joblib, ...) cost more than the whole digits run needs."""
+    spec = importlib.util.find_spec("sklearn")
+    where = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not where:  # pragma: no cover - scikit-learn is a dependency of the digits default
+        raise DataError("the 'digits' dataset needs scikit-learn (pip install scikit-learn)")
+    path = os.path.join(where[0], "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return np.loadtxt(f, delimiter=",")
 
 
 @register_dataset("synthetic")

@@ -237,7 +237,8 @@ def build_model(
         raise ConfigError("build_model initialises on CPU: pass a CPU torch.Generator")
     with torch.device("meta"):
         module = spec.build()
-    module = module.to_empty(device="cpu")
+    # = module.to_empty(device="cpu"), whose empty_like on meta tensors imports sympy (torch's symbolic shapes)
+    module = module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
     spec.initialize(module, generator)
     return module.to(device=device, dtype=dtype)
 

@@ -55,6 +55,21 @@ def test_digits_seeded(digits: DataSplits) -> None:
     assert DigitsSpec(image=True).load().train.x.shape == (1437, 1, 8, 8)
 
 
+def test_digits_are_scikit_learns_digits_read_without_importing_it() -> None:
+    """The loader reads scikit-learn's digits file itself (importing scikit-learn costs more than a run): the
+    pixels and labels are exactly ``load_digits()``'s."""
+    from sklearn.datasets import load_digits  # noqa: PLC0415
+
+    bunch = load_digits()
+    full = DigitsSpec(test_fraction=0.2, seed=0).load()
+    x = torch.cat([full.train.x, full.test.x]).numpy()
+    y = torch.cat([full.train.y, full.test.y]).numpy()
+    ref_x = (np.asarray(bunch.data, dtype=np.float64) / 16.0).astype(np.float32)
+    ours = sorted(zip(map(bytes, x), y.tolist()))
+    theirs = sorted(zip(map(bytes, ref_x), np.asarray(bunch.target).tolist()))
+    assert ours == theirs
+
+
 # -- Synthetic(α, β) --------------------------------------------------------------------------------------------
 
 
