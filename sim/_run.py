@@ -7,7 +7,8 @@
     ``metrics.csv``      one row per round
     ``summary.json``     final figures, traffic, verification verdict, how to reproduce
     ``accuracy.png``     test accuracy per round
-    ``acceptance.png``   how often each client's update was accepted (Byzantine clients in red)
+    ``acceptance.png``   how often each client's update was accepted (Byzantine clients in red; a histogram
+                         of the rates above ``ACCEPTANCE_BARS_MAX`` clients)
 
 A run that fails on its input leaves nothing behind (:func:`results_folder`); ``force`` replaces an earlier
 results folder only once the new one is complete. The plots are drawn in a forked child while this process
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 
+ACCEPTANCE_BARS_MAX = 60
+"""Above this many clients that trained, ``acceptance.png`` shows the distribution of acceptance rates."""
+
+
 def accuracy_plot(path: Path, points: list[tuple[int, float]], title: str) -> None:
     """Test accuracy per round (NaN rounds left out) as a PNG at ``path``."""
     import matplotlib
@@ -87,16 +92,28 @@ def _plots(out: Path, res: SimResult) -> None:
 
     peers = sorted(res.acceptance, key=lambda p: res.member_index[p])
     rates = [res.acceptance[p][0] / res.acceptance[p][1] if res.acceptance[p][1] else 0.0 for p in peers]
-    colors = ["tab:red" if p in res.byzantine else "tab:blue" for p in peers]
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=110)
-    ax.bar([f"n{res.member_index[p]}" for p in peers], rates, color=colors)
-    ax.set_ylabel("accepted / trained")
-    ax.set_ylim(0, 1)
-    ax.set_title("per-client acceptance (red: Byzantine)")
-    ax.tick_params(axis="x", labelrotation=90, labelsize=7)
-    for label, p in zip(ax.get_xticklabels(), peers):
-        if p in res.byzantine:
-            label.set_color("tab:red")  # a bar of height 0 is invisible: mark the name too
+    if len(peers) > ACCEPTANCE_BARS_MAX:  # members that never trained have no rate: left out here
+        # one bar per client is unreadable (and slow to draw: minutes at 10,000 members): the distribution instead
+        trained = [(p, r) for p, r in zip(peers, rates) if res.acceptance[p][1]]
+        honest = [r for p, r in trained if p not in res.byzantine]
+        byz = [r for p, r in trained if p in res.byzantine]
+        bins = [i / 20 for i in range(21)]
+        ax.hist([honest, byz], bins=bins, color=["tab:blue", "tab:red"], label=["honest", "Byzantine"])
+        ax.set_xlabel("accepted / trained")
+        ax.set_ylabel("clients")
+        ax.set_title(f"acceptance of the {len(trained):,} clients that trained (red: Byzantine)")
+        ax.legend()
+    else:
+        colors = ["tab:red" if p in res.byzantine else "tab:blue" for p in peers]
+        ax.bar([f"n{res.member_index[p]}" for p in peers], rates, color=colors)
+        ax.set_ylabel("accepted / trained")
+        ax.set_ylim(0, 1)
+        ax.set_title("per-client acceptance (red: Byzantine)")
+        ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+        for label, p in zip(ax.get_xticklabels(), peers):
+            if p in res.byzantine:
+                label.set_color("tab:red")  # a bar of height 0 is invisible: mark the name too
     fig.tight_layout()
     fig.savefig(out / "acceptance.png")
     plt.close(fig)
