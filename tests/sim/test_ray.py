@@ -17,7 +17,7 @@ import tomli_w
 
 from concilium.cli import main
 from sim import Simulation, load_scenario
-from sim._run import _scenario_toml
+from sim import scenario_toml
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -43,7 +43,7 @@ def _scenario(rounds=3, members=6):
 def test_ray_gives_the_local_ledger_head_with_one_model_transfer_per_round(local_ray, tmp_path, capsys):
     sc = _scenario()
     path = tmp_path / "scenario.toml"
-    path.write_text(tomli_w.dumps(_scenario_toml(sc)), encoding="utf-8")
+    path.write_text(tomli_w.dumps(scenario_toml(sc)), encoding="utf-8")
     local = Simulation(sc, workers=0).run()  # training in this process
     assert main(["sim", "run", str(path), "--out", str(tmp_path / "r"), "--quiet", "--executor", "ray"]) == 0
     out = capsys.readouterr().out
