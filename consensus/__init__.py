@@ -44,7 +44,7 @@ from consensus._evidence import (
     SLOT_KINDS,
     check_evidence_claim,
 )
-from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._effects import Broadcast, Commit, CommitHeader, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
 from consensus._errors import (
     CommitteeConfigError,
     ConsensusError,
@@ -55,6 +55,7 @@ from consensus._errors import (
 )
 from consensus._messages import (
     KIND_COMMIT,
+    KIND_HEADER,
     KIND_NEW_VIEW,
     KIND_PRE_PREPARE,
     KIND_PREPARE,
@@ -63,6 +64,7 @@ from consensus._messages import (
     MESSAGE_BYTES_MAX,
     Message,
     Proposal,
+    decided_header_message,
     decided_message,
     parse,
     vote_message,
@@ -74,6 +76,7 @@ __all__ = [
     "EVIDENCE_KINDS",
     "KIND_COMMIT",
     "KIND_EQUIVOCATION",
+    "KIND_HEADER",
     "KIND_INVALID_PROPOSAL",
     "KIND_INVALID_SCORE_ROW",
     "KIND_NEW_VIEW",
@@ -90,6 +93,7 @@ __all__ = [
     "CmflDecision",
     "CmflParams",
     "Commit",
+    "CommitHeader",
     "CommitteeConfigError",
     "CommitteeSizes",
     "ConsensusError",
@@ -122,6 +126,7 @@ __all__ = [
     "committee_sizes",
     "coordinator",
     "decide_round",
+    "decided_header_message",
     "decided_message",
     "elect_committee",
     "election_window",

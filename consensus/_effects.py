@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger import Block, Evidence, Payload
+from ledger import Block, BlockHeader, Certificate, ChainState, Evidence, Payload
 
 from consensus._messages import Message
 
-__all__ = ["Broadcast", "Commit", "Effect", "ReportMisbehavior", "RequestProposal", "Send", "SendBlocks"]
+__all__ = ["Broadcast", "Commit", "CommitHeader", "Effect", "ReportMisbehavior", "RequestProposal", "Send", "SendBlocks"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +50,18 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommitHeader:
+    """A block is decided at its height, known by its ``header`` and ``certificate`` alone (``decided_header``;
+    only from a replica given ``next_committee``, and only where its host said it needs no payload): ``state``
+    is the chain state after it, with the payload's fields unknown (``ledger.apply_header``). There is no block
+    to persist; the next block, header or whole, is checked against ``state``."""
+
+    header: BlockHeader
+    certificate: Certificate
+    state: ChainState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestProposal:
     """This replica is the primary of (``height``, ``view``) and must propose: call ``Replica.propose``.
 
@@ -74,4 +86,4 @@ class ReportMisbehavior:
     payload: Payload | None = None
 
 
-Effect = Send | Broadcast | SendBlocks | Commit | RequestProposal | ReportMisbehavior
+Effect = Send | Broadcast | SendBlocks | Commit | CommitHeader | RequestProposal | ReportMisbehavior

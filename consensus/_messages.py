@@ -14,6 +14,8 @@ kind           body                                          travels with
 ``new_view``    ``{"view_changes": [SM, ...],                 the re-proposed ``Payload``, if any
                 "pre_prepare": SM | None}``
 ``sync_request`` ``{}`` (``height`` = the block wanted)        —
+``decided_header`` ``{"header": BlockHeader value,              —
+                "certificate": Certificate value}``
 ============== ============================================ ========================================
 
 (SM = a nested ``SignedMessage`` value.) Consequences:
@@ -26,7 +28,10 @@ kind           body                                          travels with
 * The payload travels unsigned next to the signed header and is bound to it by ``payload_hash``.
 
 A decided block (header, payload, certificate) travels as ``Message(block=...)``: it needs no
-signature of the sender, its certificate proves it.
+signature of the sender, its certificate proves it. ``decided_header`` announces a decided block
+without its payload to a member that does not need the payload (outside the next round, in a mode
+whose next committee follows from the header: ``Replica(next_committee=...)``); the certificate proves
+the header, the sender's signature only names who sent it.
 
 :func:`parse` is the stateless check (CometBFT's ``ValidateBasic``): shapes, kinds, heights, hashes and
 payload binding. Everything that needs the chain (membership, signatures, quorum, the primary of a
@@ -44,6 +49,7 @@ from ledger import (
     KIND_COMMIT,
     Block,
     BlockHeader,
+    Certificate,
     DecodeError,
     KeyPair,
     Payload,
@@ -56,6 +62,7 @@ from consensus._errors import RemoteProtocolError
 
 __all__ = [
     "KIND_COMMIT",
+    "KIND_HEADER",
     "KIND_NEW_VIEW",
     "KIND_PREPARE",
     "KIND_PRE_PREPARE",
@@ -64,6 +71,7 @@ __all__ = [
     "MESSAGE_BYTES_MAX",
     "PBFT_KINDS",
     "Decided",
+    "DecidedHeader",
     "Message",
     "NewView",
     "Parsed",
@@ -73,6 +81,7 @@ __all__ = [
     "SyncRequest",
     "ViewChange",
     "Vote",
+    "decided_header_message",
     "decided_message",
     "new_view_message",
     "parse",
@@ -88,6 +97,7 @@ KIND_PREPARE = "prepare"
 KIND_VIEW_CHANGE = "view_change"
 KIND_NEW_VIEW = "new_view"
 KIND_SYNC = "sync_request"
+KIND_HEADER = "decided_header"
 PBFT_KINDS = (KIND_PRE_PREPARE, KIND_PREPARE, KIND_COMMIT, KIND_VIEW_CHANGE, KIND_NEW_VIEW)
 """Kinds that are votes: at most one body per (signer, kind, height, view), else equivocation."""
 
@@ -203,7 +213,17 @@ class Decided:
     block: Block
 
 
-Parsed = PrePrepare | Vote | ViewChange | NewView | SyncRequest | Decided
+@dataclass(frozen=True, slots=True)
+class DecidedHeader:
+    """A decided block's header and commit certificate, without the payload (``decided_header``)."""
+
+    signed: SignedMessage
+    header: BlockHeader
+    certificate: Certificate
+    block_hash: bytes
+
+
+Parsed = PrePrepare | Vote | ViewChange | NewView | SyncRequest | Decided | DecidedHeader
 
 
 # --- stateless parsing ---------------------------------------------------------------------------
@@ -351,7 +371,7 @@ def parse(message: Message) -> Parsed:
     if signed.height < 1:
         raise _malformed("consensus messages are for heights >= 1")
     kind = signed.kind
-    if kind in (KIND_PREPARE, KIND_COMMIT, KIND_SYNC) and message.payload is not None:
+    if kind in (KIND_PREPARE, KIND_COMMIT, KIND_SYNC, KIND_HEADER) and message.payload is not None:
         raise _malformed(f"{kind} carries no payload")
     if kind == KIND_PRE_PREPARE:
         return _pre_prepare(signed, message.payload, need_payload=True)
@@ -366,7 +386,43 @@ def parse(message: Message) -> Parsed:
         if signed.view != 0:
             raise _malformed("sync_request has view 0")
         return SyncRequest(signed)
+    if kind == KIND_HEADER:
+        return _decided_header(signed)
     raise _malformed(f"unknown message kind {kind!r:.40}")
+
+
+_HEADERS_KEPT = 8
+_headers: dict[int, tuple[SignedMessage, DecidedHeader]] = {}
+"""The last few parsed ``decided_header`` messages, by the identity of their (immutable, decoded) signed part:
+thousands of members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``)."""
+
+
+def _decided_header(signed: SignedMessage) -> DecidedHeader:
+    hit = _headers.get(id(signed))
+    if hit is not None and hit[0] is signed:
+        return hit[1]
+    parsed = _parse_decided_header(signed)
+    if len(_headers) >= _HEADERS_KEPT:
+        _headers.pop(next(iter(_headers)), None)
+    _headers[id(signed)] = (signed, parsed)  # the entry keeps ``signed`` alive: its id stays unique
+    return parsed
+
+
+def _parse_decided_header(signed: SignedMessage) -> DecidedHeader:
+    body = _body(signed, frozenset({"header", "certificate"}))
+    try:
+        header = BlockHeader.from_value(_thaw(body["header"]))  # type: ignore[attr-defined]
+        cert = Certificate.from_value(_thaw(body["certificate"]))  # type: ignore[attr-defined]
+    except DecodeError as e:
+        raise _malformed(f"decided_header: {e}") from None
+    if header.height != signed.height or cert.height != header.height:
+        raise _malformed(f"decided_header for height {signed.height}: header {header.height}, certificate {cert.height}")
+    if signed.view != cert.view:
+        raise _malformed(f"decided_header of view {signed.view} carries a certificate of view {cert.view}")
+    bh = header.hash()
+    if cert.block_hash != bh:
+        raise _malformed("decided_header: the certificate is for another block")
+    return DecidedHeader(signed, header, cert, bh)
 
 
 # --- constructors --------------------------------------------------------------------------------
@@ -427,3 +483,9 @@ def sync_request_message(key: KeyPair, chain_id: str, height: int) -> Message:
 
 def decided_message(block: Block) -> Message:
     return Message(block=block)
+
+
+def decided_header_message(key: KeyPair, chain_id: str, block: Block) -> Message:
+    """``block`` announced without its payload (``decided_header``), signed by the sender ``key``."""
+    body = {"header": block.header.to_value(), "certificate": block.certificate.to_value()}  # type: ignore[attr-defined]
+    return Message(signed=sign_signed(key, chain_id, KIND_HEADER, block.height, block.certificate.view, body))

@@ -62,7 +62,7 @@ from __future__ import annotations
 import enum
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from ledger import (
@@ -79,6 +79,7 @@ from ledger import (
     SignatureError,
     SignedMessage,
     Timeouts,
+    apply_header,
     encode,
     hash_tagged,
     make_header,
@@ -91,7 +92,7 @@ from ledger import (
 )
 
 from consensus._certify import advance_state, verify_decided_block
-from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._effects import Broadcast, Commit, CommitHeader, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
 from consensus._errors import DurableStateError, EquivocationError, LocalProtocolError, RemoteProtocolError
 from consensus._messages import (
     KIND_COMMIT,
@@ -101,6 +102,7 @@ from consensus._messages import (
     KIND_VIEW_CHANGE,
     PBFT_KINDS,
     Decided,
+    DecidedHeader,
     Message,
     NewView,
     PrePrepare,
@@ -260,21 +262,25 @@ class ReplicaStatus:
     """``propose`` calls that came after the view or height had moved on (ignored)."""
 
 
-@dataclass(slots=True)
 class _HeightLog:
-    """Everything a replica remembers about the current height (reset when it advances)."""
+    """Everything a replica remembers about the current height (reset when it advances). A plain class, not a
+    dataclass with default factories: every member of a simulation makes one per height."""
 
-    accepted: dict[int, PrePrepare] = field(default_factory=dict)  # view -> accepted pre-prepare
-    proposals: dict[bytes, Proposal] = field(default_factory=dict)  # block hash -> proposal
-    verdicts: dict[bytes, str | None] = field(default_factory=dict)  # block hash -> validate()
-    prepares: dict[tuple[int, bytes], dict[str, SignedMessage]] = field(default_factory=dict)
-    commits: dict[tuple[int, bytes], dict[str, SignedMessage]] = field(default_factory=dict)
-    prepared: tuple[PreparedProof, Payload] | None = None  # highest prepared certificate
-    view_changes: dict[int, dict[str, ViewChange]] = field(default_factory=dict)
-    new_view_sent: set[int] = field(default_factory=set)
-    sent: dict[tuple[str, int], Message] = field(default_factory=dict)  # own (kind, view) -> message
-    bodies: dict[tuple[str, str, int], SignedMessage] = field(default_factory=dict)  # equivocation registry
-    evidence: set[tuple[str, str, int]] = field(default_factory=set)
+    __slots__ = ("accepted", "proposals", "verdicts", "prepares", "commits", "prepared", "view_changes",
+                 "new_view_sent", "sent", "bodies", "evidence")
+
+    def __init__(self) -> None:
+        self.accepted: dict[int, PrePrepare] = {}  # view -> accepted pre-prepare
+        self.proposals: dict[bytes, Proposal] = {}  # block hash -> proposal
+        self.verdicts: dict[bytes, str | None] = {}  # block hash -> validate()
+        self.prepares: dict[tuple[int, bytes], dict[str, SignedMessage]] = {}
+        self.commits: dict[tuple[int, bytes], dict[str, SignedMessage]] = {}
+        self.prepared: tuple[PreparedProof, Payload] | None = None  # highest prepared certificate
+        self.view_changes: dict[int, dict[str, ViewChange]] = {}
+        self.new_view_sent: set[int] = set()
+        self.sent: dict[tuple[str, int], Message] = {}  # own (kind, view) -> message
+        self.bodies: dict[tuple[str, str, int], SignedMessage] = {}  # equivocation registry
+        self.evidence: set[tuple[str, str, int]] = set()
 
 
 @dataclass(slots=True)
@@ -331,6 +337,13 @@ class Replica:
     restore:
         The last :meth:`durable` record a previous incarnation of this replica saved (its vote log), or
         None for a replica that has signed nothing since ``state``.
+    next_committee, needs_payload:
+        Following the chain by headers (``decided_header``). ``next_committee(state)``: the committee the block
+        after ``state`` must name, where the round rules fix it from the state alone (coordinator mode); None:
+        this replica takes only whole blocks. ``needs_payload(state_after)``: whether the host needs the
+        payload of the block that leads to ``state_after`` (it has a role in the next round, holds evidence,
+        keeps an archive...); a replica outside the committee takes a header (``CommitHeader``) only where it
+        says no, and otherwise asks the sender for the whole block.
 
     The constructor's effects (``RequestProposal`` when this replica is the first primary; after a
     restore, the VIEW-CHANGE it signs in that first call) are returned by the first :meth:`tick` or
@@ -374,6 +387,8 @@ class Replica:
         validate: Validator,
         config: ReplicaConfig | None = None,
         restore: bytes | None = None,
+        next_committee: Callable[[ChainState], tuple[str, ...]] | None = None,
+        needs_payload: Callable[[ChainState], bool] | None = None,
     ) -> None:
         if key.peer_id not in ctx.members:
             raise LocalProtocolError(f"{key.peer_id} is not a member of chain {ctx.chain_id}")
@@ -381,6 +396,8 @@ class Replica:
         self._key = key
         self._me = key.peer_id
         self._validate = validate
+        self._next_committee = next_committee
+        self._needs_payload = needs_payload
         self._cfg = config if config is not None else ReplicaConfig.from_timeouts(ctx.genesis.protocol.timeouts)
         self._now = 0
         self._deadline = 0
@@ -454,6 +471,29 @@ class Replica:
                     self._start_view_change(self._view + 1, fx)
         self._drain(fx)
         return fx
+
+    def idle_ticks(self) -> int:
+        """How many of the next ticks certainly do nothing but count: an observer (outside the height's
+        committee) with no input held waits for the decided block until its sync deadline, and every tick
+        before that deadline only advances the clock. 0 whenever the next tick may act (a committee member's
+        timers, retransmission, held input). A host with many idle replicas skips those ticks
+        (:meth:`skip_ticks`) instead of calling :meth:`tick` on each of them; the outcome is the same."""
+        if (
+            self._phase is not Phase.OBSERVE
+            or self._pending
+            or self._inbox
+            or self._paused
+            or self._view_change_on_start
+        ):
+            return 0
+        return max(0, self._deadline - self._now - 1)
+
+    def skip_ticks(self, n: int) -> None:
+        """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
+        :meth:`tick` would have done. Raises :class:`LocalProtocolError` if one of them might act."""
+        if not 0 <= n <= self.idle_ticks():
+            raise LocalProtocolError(f"cannot skip {n} ticks: only {self.idle_ticks()} are idle")
+        self._now += n
 
     def propose(self, payload: Payload, *, height: int, view: int, time_ms: int) -> list[Effect]:
         """Pre-prepare ``payload`` as the primary of (``height``, ``view``), after ``RequestProposal``.
@@ -577,12 +617,10 @@ class Replica:
     def _enter_height(self, state: ChainState, fx: list[Effect]) -> None:
         self._state = state
         self._h = state.height + 1
-        self._committee = tuple(sorted(state.committee))
-        self._committee_set = frozenset(self._committee)
-        self._q = self._ctx.quorum(len(self._committee))
+        self._committee, self._committee_set, self._q = self._ctx.committee_view(state.committee)
         self._weak = len(self._committee) - self._q + 1  # f+1: at least one honest among them
-        self._others = tuple(p for p in self._committee if p != self._me)
         self._in_committee = self._me in self._committee_set
+        self._others = tuple(p for p in self._committee if p != self._me) if self._in_committee else self._committee
         self._log = _HeightLog()
         self._view = 0
         self._sync_attempt = 0
@@ -765,6 +803,9 @@ class Replica:
         s = parsed.signed
         if s.signer not in self._ctx.members:
             raise RemoteProtocolError("not_member", f"{s.signer!r:.60} is not a member")
+        if isinstance(parsed, DecidedHeader):
+            self._on_decided_header(parsed, sender, fx)
+            return
         if isinstance(parsed, SyncRequest):
             self._on_sync_request(parsed, fx)
             return
@@ -944,7 +985,8 @@ class Replica:
             if bh not in self._log.proposals:  # decided: the height moved on
                 return
 
-    def _decide(self, block: Block, fx: list[Effect]) -> None:
+    def _decide(self, block: Block, fx: list[Effect], *, state: ChainState | None = None) -> None:
+        """``block`` is decided (``state``: the chain state after it, if already at hand from its check)."""
         fx.append(Commit(block=block))
         self._paused = True
         self._decided += 1
@@ -952,7 +994,7 @@ class Replica:
         newcomers = sorted(set(block.payload.next_committee) - self._committee_set - {self._me})
         if newcomers and self._in_committee and self._me in self._announcers(bh):  # CCP step 8
             fx.append(Broadcast(to=tuple(newcomers), message=decided_message(block)))
-        self._enter_height(advance_state(self._state, block), fx)
+        self._enter_height(advance_state(self._state, block) if state is None else state, fx)
 
     def _announcers(self, bh: bytes) -> list[str]:
         """The ``C - q + 1`` committee members (at least one honest) that send a decided block onwards."""
@@ -1149,10 +1191,43 @@ class Replica:
                 self._request_sync(sender, fx)
             return
         try:
-            verify_decided_block(self._ctx, self._state, b)
+            state = verify_decided_block(self._ctx, self._state, b)
         except LedgerError as e:
             raise RemoteProtocolError("bad_certificate", str(e)) from None
-        self._decide(b, fx)
+        self._decide(b, fx, state=state)
+
+    def _on_decided_header(self, d: DecidedHeader, sender: str | None, fx: list[Effect]) -> None:
+        """A decided block announced by its header and certificate (``decided_header``). Taken as decided only by
+        a replica outside the height's committee that can follow headers (``next_committee``) and whose host
+        needs no payload; otherwise the sender is asked for the whole block. Checked as ``ledger.apply_header``
+        checks it: the certificate of the current committee proves the header."""
+        h = d.header.height
+        if h < self._h:
+            raise RemoteProtocolError("stale_height", f"decided header {h} < {self._h}")
+        if h > self._h:
+            self._note_ahead(h, sender, fx)
+            if h > self._h + self._cfg.height_window:
+                raise RemoteProtocolError("future_height", f"decided header {h}")
+            if sender is not None and sender in self._ctx.members:
+                self._request_sync(sender, fx)  # whole blocks: the heights between are not at hand
+            return
+        if self._in_committee or self._next_committee is None:
+            if sender is not None and sender in self._ctx.members:
+                self._request_sync(sender, fx)
+            return
+        try:
+            state = apply_header(self._ctx, self._state, d.header, d.certificate,
+                                 next_committee=self._next_committee(self._state))
+        except LedgerError as e:
+            raise RemoteProtocolError("bad_certificate", str(e)) from None
+        if self._needs_payload is None or self._needs_payload(state):
+            if sender is not None and sender in self._ctx.members:
+                self._request_sync(sender, fx)
+            return
+        fx.append(CommitHeader(header=d.header, certificate=d.certificate, state=state))
+        self._paused = True
+        self._decided += 1
+        self._enter_height(state, fx)
 
     def _on_sync_request(self, req: SyncRequest, fx: list[Effect]) -> None:
         if req.signed.height >= self._h:

@@ -42,6 +42,7 @@ __all__ = [
     "ChainState",
     "Reexecutor",
     "apply_block",
+    "apply_header",
     "commit_sign_bytes",
     "decode_block",
     "genesis_committee",
@@ -209,6 +210,10 @@ class Reexecutor(Protocol):
     def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None: ...
 
 
+_COMMITTEES_KEPT = 16
+"""Committees a :class:`ChainContext` keeps worked out (:meth:`ChainContext.committee_view`)."""
+
+
 class ChainContext:
     """Everything fixed by the genesis that block validation needs: members' keys and the rules."""
 
@@ -218,7 +223,7 @@ class ChainContext:
         the block *object* (identical decoded objects are shared by a decode memo, e.g. in a simulation
         where many nodes verify one decided block); a hit returns the state a past successful check gave."""
         self.genesis = genesis
-        self.block_memo: OrderedDict[tuple[ChainState, int], tuple[Block, ChainState]] | None = (
+        self.block_memo: OrderedDict[tuple[ChainState, int], tuple[Block | BlockHeader, ChainState]] | None = (
             OrderedDict() if block_memo > 0 else None
         )
         self.block_memo_max = block_memo
@@ -229,9 +234,22 @@ class ChainContext:
             self.keys.add(m.peer_id, m.public_key)
         self.members = frozenset(genesis.member_ids)
         self.quorum_rule = genesis.protocol.quorum
+        self._committees: OrderedDict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str], int]] = OrderedDict()
 
     def quorum(self, committee_size: int) -> int:
         return quorum_size(committee_size, self.quorum_rule)
+
+    def committee_view(self, committee: Sequence[str]) -> tuple[tuple[str, ...], frozenset[str], int]:
+        """``committee`` sorted, as a set, and its quorum; the last few remembered (every replica sharing this
+        context works them out for the same committee at each height: thousands of times in a simulation)."""
+        key = tuple(committee)
+        got = self._committees.get(key)
+        if got is None:
+            ordered = tuple(sorted(key))
+            got = self._committees[key] = (ordered, frozenset(ordered), self.quorum(len(ordered)))
+            while len(self._committees) > _COMMITTEES_KEPT:
+                self._committees.popitem(last=False)
+        return got
 
 
 def genesis_state(ctx: ChainContext) -> ChainState:
@@ -351,19 +369,7 @@ def _apply_block(
     if digests is None:
         digests = BlockDigests(hd.hash(), pl.hash(), tuple(update_leaves(pl.updates)))
     h = state.height + 1
-    if hd.chain_id != ctx.chain_id:
-        raise ChainError(f"height {h}: chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
-    if hd.height != h:
-        raise ChainError(f"height {h}: expected height {h}, block says {hd.height} (missing or reordered block)")
-    if hd.prev_hash != state.head_hash:
-        raise ChainError(f"height {h}: prev_hash does not link to the previous block")
-    if hd.fl_round != h:
-        raise ChainError(f"height {h}: fl_round {hd.fl_round} differs from height")
-    if hd.time_ms < state.time_ms:
-        raise ChainError(f"height {h}: time goes backwards ({hd.time_ms} < {state.time_ms})")
-    expected = primary(state.committee, state.head_hash, h, hd.view)
-    if hd.proposer != expected:
-        raise ChainError(f"height {h}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
+    _check_link(ctx, state, hd)
     if hd.payload_hash != digests.payload_hash:
         raise ChainError(f"height {h}: payload hash mismatch")
     if hd.updates_root != merkle_root(digests.update_leaves):
@@ -421,6 +427,71 @@ def _apply_block(
     )
     if reexecutor is not None:
         reexecutor.reexecute(ctx, state, block, blobs if blobs is not None else _NoBlobs())
+    return new
+
+
+def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader) -> None:
+    """The header's own rules as the successor of ``state``: chain id, height, hash link, round, time, proposer."""
+    h = state.height + 1
+    if hd.chain_id != ctx.chain_id:
+        raise ChainError(f"height {h}: chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
+    if hd.height != h:
+        raise ChainError(f"height {h}: expected height {h}, block says {hd.height} (missing or reordered block)")
+    if hd.prev_hash != state.head_hash:
+        raise ChainError(f"height {h}: prev_hash does not link to the previous block")
+    if hd.fl_round != h:
+        raise ChainError(f"height {h}: fl_round {hd.fl_round} differs from height")
+    if hd.time_ms < state.time_ms:
+        raise ChainError(f"height {h}: time goes backwards ({hd.time_ms} < {state.time_ms})")
+    expected = primary(state.committee, state.head_hash, h, hd.view)
+    if hd.proposer != expected:
+        raise ChainError(f"height {h}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
+
+
+def apply_header(
+    ctx: ChainContext,
+    state: ChainState,
+    header: BlockHeader,
+    certificate: Certificate,
+    *,
+    next_committee: tuple[str, ...],
+) -> ChainState:
+    """Validate a decided block known by its header and certificate alone as the successor of ``state``, and
+    return the state after it with what only the payload says left unknown: ``model_digest`` is ``b""`` and
+    ``state_digest`` None. ``next_committee`` is the committee the block must name, where the round rules fix it
+    from ``state`` alone (coordinator mode); the payload is not at hand to read it.
+
+    Checks what :func:`apply_block` checks of the header and certificate: chain id, height, hash link, time,
+    proposer, the certificate against ``state.committee``. Not the payload: trusting its contents rests on the
+    certificate, i.e. on a quorum of the committee having validated it (the same assumption under which any
+    certified block is final). Such a state serves to follow the chain, and to check the next block, header or
+    whole, against it; a member that needs the model or the payload takes the whole block instead. Raises a
+    :class:`LedgerError` subclass naming the height and reason. Remembered like :func:`apply_block` (keyed by
+    ``state`` and the header object).
+    """
+    memo = ctx.block_memo
+    if memo is not None:
+        hit = memo.get((state, id(header)))
+        if hit is not None and hit[0] is header:
+            return hit[1]
+    _check_link(ctx, state, header)
+    header_hash = header.hash()
+    check_certificate(ctx, state.committee, header, certificate, header_hash=header_hash)
+    for p in next_committee:
+        if p not in ctx.members:
+            raise ChainError(f"height {header.height}: next committee names non-member {p!r:.60}")
+    new = ChainState(
+        height=header.height,
+        head_hash=header_hash,
+        time_ms=header.time_ms,
+        committee=tuple(next_committee),
+        model_digest=b"",
+        state_digest=None,
+    )
+    if memo is not None:
+        memo[(state, id(header))] = (header, new)
+        while len(memo) > ctx.block_memo_max:
+            memo.popitem(last=False)
     return new
 
 

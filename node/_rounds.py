@@ -195,7 +195,7 @@ class RoundRules:
         if self.ctx.genesis is not genesis and self.ctx.genesis_hash != genesis.hash():
             raise ValueError("ctx is for another genesis")
         self.members = genesis.member_ids
-        self._plans: OrderedDict[ChainState, RoundPlan] = OrderedDict()
+        self._plans: OrderedDict[tuple[bytes, int, tuple[str, ...]], RoundPlan] = OrderedDict()
         """Plans by chain state, while they depend on nothing else (no staleness window): the nodes of one
         process that share these rules (a simulation's) sample each height's clients once, not once each."""
         self._next_committees: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
@@ -227,9 +227,10 @@ class RoundRules:
         staleness window) ``history``; remembered for the last few states when ``history`` cannot matter."""
         if self.staleness > 0 and history is not None:
             return self._plan(state, history)
-        got = self._plans.get(state)
+        key = (state.head_hash, state.height, state.committee)  # what _plan reads; cheaper to hash than the state
+        got = self._plans.get(key)
         if got is None:
-            got = self._plans[state] = self._plan(state, history)
+            got = self._plans[key] = self._plan(state, history)
             while len(self._plans) > _PLANS_KEPT:
                 self._plans.popitem(last=False)
         return got

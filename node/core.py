@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -48,6 +48,7 @@ from consensus import (
     KIND_SCORES,
     Broadcast,
     Commit,
+    CommitHeader,
     ForgedScoreRow,
     LocalProtocolError,
     Message,
@@ -60,6 +61,7 @@ from consensus import (
     Send,
     SendBlocks,
     cmfl_record,
+    decided_header_message,
     decided_message,
     decide_round,
     parse_score_row,
@@ -70,6 +72,7 @@ from consensus import (
 
 from ledger import (
     Block,
+    Certificate,
     ChainContext,
     ChainState,
     Evidence,
@@ -258,19 +261,25 @@ class _HeldBlobs(Mapping[bytes, bytes]):
         return len(self._get())
 
 
-@dataclass(slots=True)
 class _Round:
-    plan: RoundPlan
-    start_tick: int
-    trained: bool = False
-    reference: np.ndarray | None = None
-    reference_digest: bytes = b""
-    updates: dict[tuple[str, int], tuple[UpdateCommitment, np.ndarray]] = field(default_factory=dict)
-    """Held updates by ``(peer, round)``: this round's, and stale ones within the strategy's window."""
-    rows: dict[str, SignedMessage] = field(default_factory=dict)
-    row_sent: bool = False
-    proposal_request: tuple[int, int] | None = None
-    proposed_views: set[int] = field(default_factory=set)
+    """What a node holds for its current height. A plain class, not a dataclass with default factories: every
+    member of a simulation makes one per height."""
+
+    __slots__ = ("plan", "start_tick", "trained", "reference", "reference_digest", "updates", "rows", "row_sent",
+                 "proposal_request", "proposed_views")
+
+    def __init__(self, plan: RoundPlan, start_tick: int) -> None:
+        self.plan = plan
+        self.start_tick = start_tick
+        self.trained = False
+        self.reference: np.ndarray | None = None
+        self.reference_digest = b""
+        self.updates: dict[tuple[str, int], tuple[UpdateCommitment, np.ndarray]] = {}
+        """Held updates by ``(peer, round)``: this round's, and stale ones within the strategy's window."""
+        self.rows: dict[str, SignedMessage] = {}
+        self.row_sent = False
+        self.proposal_request: tuple[int, int] | None = None
+        self.proposed_views: set[int] = set()
 
 
 class NodeCore:
@@ -331,6 +340,13 @@ class NodeCore:
         reference trainers and validators), and a node fetches the model only when it needs it (see
         :meth:`_needs_model`), so a member outside the round receives the block alone (the simulator's 10,000
         members). An ``archive`` node always wants every model.
+    headers_for_outsiders:
+        With ``models_for_all`` False, in coordinator mode, for a strategy without a staleness window: a proposer
+        sends the members outside the next round the decided block's header and certificate alone
+        (``consensus.decided_header_message``), not the block, and a node outside the round follows the chain by
+        them (``ledger.apply_header``: the next committee follows from the header in coordinator mode); it takes
+        the whole block whenever it has a role in the next round or holds evidence (:meth:`_needs_payload`), and
+        the proposer sends those members the block. Ignored where it does not apply. The ledger is the same.
     """
 
     def __init__(
@@ -355,6 +371,7 @@ class NodeCore:
         history: RoundHistory | None = None,
         rules: RoundRules | None = None,
         models_for_all: bool = True,
+        headers_for_outsiders: bool = False,
     ) -> None:
         if rules is None:
             rules = RoundRules(genesis, ctx=ctx, public=public)
@@ -404,7 +421,7 @@ class NodeCore:
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
         self._early_bytes = 0
         self._decided: OrderedDict[int, Block] = OrderedDict()
-        self._last_signers: tuple[str, ...] = ()  # the commit certificate of the last block: they hold its model
+        self._last_cert: Certificate | None = None  # of the last block: its signers hold its model
         self._pending_decided: Block | None = None  # committed, model blob not here yet
         self._out: list[NodeEffect] = []
         self._algo_state: bytes | None = None
@@ -419,8 +436,16 @@ class NodeCore:
         if model_missing:
             self._want[self._state.model_digest] = self._now
         restore = {} if replica_restore is None else {"restore": replica_restore}
+        self._headers = (
+            headers_for_outsiders and not self._models_for_all and not self._rules.committee_mode
+            and self._rules.staleness == 0
+        )
+        follow: dict[str, Any] = {}
+        if self._headers:
+            follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload}
         self._replica = Replica(
-            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore
+            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore,
+            **follow,
         )
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
 
@@ -467,6 +492,26 @@ class NodeCore:
         if self._want and self._now % WANT_RETRY_TICKS == 0:
             self._ask_wanted()
         return self._flush()
+
+    def idle_ticks(self) -> int:
+        """How many of the next ticks certainly do nothing but count (0: the next may act). A member outside the
+        round's committee, with no blob wanted and nothing to propose, only waits for the decided block: its
+        replica's sync deadline bounds the wait (``Replica.idle_ticks``). The simulator skips such members'
+        ticks (:meth:`skip_ticks`), so that a member outside the round costs nothing between its messages."""
+        r = self._round
+        if self._want or self._out or r.proposal_request is not None or self._me in r.plan.committee:
+            return 0
+        return self._replica.idle_ticks()
+
+    def skip_ticks(self, n: int) -> None:
+        """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
+        :meth:`tick` would have done (their effects are empty). Raises ``consensus.LocalProtocolError`` if one
+        of them might act."""
+        idle = self.idle_ticks()
+        if not 0 <= n <= idle:
+            raise LocalProtocolError(f"cannot skip {n} ticks: only {idle} are idle")
+        self._replica.skip_ticks(n)
+        self._now += n
 
     def on_training_done(self, job: TrainJob, result: TrainResult) -> list[NodeEffect]:
         r = self._round
@@ -588,6 +633,8 @@ class NodeCore:
         if r.trained or self._model is None or self._algo_state_missing:
             return
         plan = r.plan
+        if self._me not in plan.participants:
+            return
         purpose = None
         if self._me in plan.trainers:
             purpose = PURPOSE_UPDATE
@@ -826,6 +873,9 @@ class NodeCore:
                 case Commit(block=block):
                     self._on_commit(block)
                     committed = True
+                case CommitHeader(certificate=cert, state=state):
+                    self._on_commit_header(cert, state)
+                    committed = True
                 case _:
                     raise AssertionError(f"unknown consensus effect {fx!r}")
         if committed:  # the replica held back the next height's input until this node applied the block
@@ -849,7 +899,7 @@ class NodeCore:
 
     def _on_commit(self, block: Block) -> None:
         self._decided[block.height] = block
-        self._last_signers = tuple(s.signer for s in block.certificate.signatures)
+        self._last_cert = block.certificate
         while len(self._decided) > DECIDED_KEPT:
             self._decided.popitem(last=False)
         for ev in block.payload.evidence:
@@ -909,6 +959,27 @@ class NodeCore:
                     self._dropped[type(e).__name__] += 1
         self._begin_round()
 
+    def _needs_payload(self, state: ChainState) -> bool:
+        """Does this node need the payload of the block that led to ``state`` (with ``headers_for_outsiders``)?
+        Yes if it has a role at the next height (it needs the model, the included updates), or holds evidence
+        (to see which of it the block included)."""
+        return bool(self._evidence) or self._me in self._rules.plan(state, self._history).participants
+
+    def _on_commit_header(self, cert: Certificate, state: ChainState) -> None:
+        """A block decided and known by its header and certificate only (``consensus.CommitHeader``): this node
+        has no role at the next height and holds no evidence (:meth:`_needs_payload`), so it only follows the
+        chain. What the payload says (model, algorithm state, the included updates) stays unknown here."""
+        self._last_cert = cert
+        self._unprovable.clear()
+        self._confirmed.clear()
+        self._state = state
+        self._algo_state, self._algo_state_missing = None, False
+        self._model = None
+        self._round = _Round(self._rules.plan(state, self._history), self._now)
+        early, self._early, self._early_bytes = self._early, [], 0  # (nothing for a member outside the round)
+        if early:
+            self._dropped["early update for a round without a role"] += len(early)
+
     def _needs_model(self, plan: RoundPlan) -> bool:
         """Does this node need the global model (and strategy state) of ``plan``'s height? With
         ``models_for_all`` every node does (it serves the model to peers, and a runtime node keeps a full
@@ -931,10 +1002,16 @@ class NodeCore:
         model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None  # type: ignore[attr-defined]
         inside = set(committee)
         needy = None if self._models_for_all or self._rules.staleness > 0 else plan.participants
+        header_data = None
+        if self._headers:  # those outside the next round get the header and certificate alone
+            header_data = self._pbft_bytes(decided_header_message(self._key, self._ctx.chain_id, block))
         for p in self._genesis.member_ids:
             if p == self._me or p in inside:
                 continue
-            self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
+            if header_data is not None and needy is not None and p not in needy:
+                self._out.append(Transmit(to=p, data=header_data, kind="pbft"))
+            else:
+                self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
             if model_data is None:
                 continue
             if needy is None or p in needy:
@@ -1085,7 +1162,8 @@ class NodeCore:
         """Retry missing blobs, asking peers in turn: first those likely to hold them (the signers of the last
         block's certificate validated its model; the committees), then every other member. A proposer that
         withheld the new model from the next committee, which then holds no copy, cannot stall the chain."""
-        likely = set(self._round.plan.committee) | set(self._state.committee) | set(self._last_signers)
+        signers = () if self._last_cert is None else (s.signer for s in self._last_cert.signatures)
+        likely = set(self._round.plan.committee) | set(self._state.committee) | set(signers)
         others = [p for p in sorted(likely) if p != self._me]
         others += [p for p in self._genesis.member_ids if p not in likely and p != self._me]
         if not others:

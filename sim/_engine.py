@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +206,61 @@ class _Adversary(Behavior):
         return lying_distances(distances)
 
 
+
+class _Sleepers:
+    """Which members the event loop ticks: the awake ones, in member order. A member whose next ticks do
+    nothing (``NodeCore.idle_ticks``) sleeps from the tick count it has seen; :meth:`wake` skips the ticks it
+    missed (``NodeCore.skip_ticks``) before it gets an input, and :meth:`tick` wakes it, caught up, at the tick
+    where it may act. Sleeping changes no outcome: a skipped tick is one that would have only counted."""
+
+    def __init__(self, peers: Sequence[str], nodes: Mapping[str, NodeCore], *, enabled: bool) -> None:
+        self._nodes = nodes
+        self._order = {p: i for i, p in enumerate(peers)}
+        self._enabled = enabled
+        self._ticks = 0  # tick events so far: the clock of every awake member
+        self._awake: set[str] = set(peers)
+        self._sorted: list[tuple[str, NodeCore]] | None = None
+        self._asleep: dict[str, tuple[int, int]] = {}  # member -> (the tick count it has seen, the tick it may act at)
+        self._alarms: list[tuple[int, int, str]] = []  # (tick it may act at, order, member); stale entries skipped
+
+    def tick(self) -> list[tuple[str, NodeCore]]:
+        """A tick event: wake the members that may act at it; the awake members, in member order, to tick."""
+        self._ticks += 1
+        alarms = self._alarms
+        while alarms and alarms[0][0] <= self._ticks:
+            due, _, pid = heapq.heappop(alarms)
+            slept = self._asleep.get(pid)
+            if slept is not None and slept[1] == due:  # (else woken since: a stale alarm)
+                self._catch_up(pid, slept[0], self._ticks - 1)
+        if self._sorted is None:
+            self._sorted = [(p, self._nodes[p]) for p in sorted(self._awake, key=self._order.__getitem__)]
+        return self._sorted
+
+    def wake(self, pid: str) -> None:
+        """``pid`` gets an input now: bring its clock up to the ticks so far."""
+        slept = self._asleep.get(pid)
+        if slept is not None:
+            self._catch_up(pid, slept[0], self._ticks)
+
+    def settle(self, pid: str) -> None:
+        """``pid`` just handled a tick or an input: let it sleep if its next ticks do nothing."""
+        if not self._enabled or pid in self._asleep:
+            return
+        idle = self._nodes[pid].idle_ticks()
+        if idle > 0:
+            due = self._ticks + idle + 1
+            self._asleep[pid] = (self._ticks, due)
+            self._awake.discard(pid)
+            self._sorted = None
+            heapq.heappush(self._alarms, (due, self._order[pid], pid))
+
+    def _catch_up(self, pid: str, seen: int, now: int) -> None:
+        del self._asleep[pid]
+        self._nodes[pid].skip_ticks(now - seen)
+        self._awake.add(pid)
+        self._sorted = None
+
+
 class Simulation:
     """Runs one scenario. ``run()`` returns a :class:`SimResult`; ``ledger_dir`` keeps the chain."""
 
@@ -351,6 +406,7 @@ class Simulation:
                     rules=rules,
                     state=state0,
                     models_for_all=models_for_all,
+                    headers_for_outsiders=scenario.network.outsiders == "headers",
                 )
                 for pid in self.peers
             }
@@ -947,29 +1003,39 @@ class Simulation:
         per_view = p.timeout_ticks_train + p.timeout_ticks_propose + p.timeout_ticks_prepare + p.timeout_ticks_commit
         round_budget_us = self._tick_us * (per_view + p.timeout_ticks_view_change) * 16 * 8
         last_progress_us, last_written = 0, 0
-        ticked = [(pid, self.nodes[pid]) for pid in self.peers]
         faults = bool(self.fault_plan)
+        # A member that has nothing to do until some later tick (NodeCore.idle_ticks: outside the committee,
+        # waiting for the block) sleeps: it is not ticked, and its clock is caught up (NodeCore.skip_ticks)
+        # before its next input, or at the tick where it may act. The awake ones tick in member order, as all
+        # did before, so the trace is the same; a member outside the round costs nothing between its messages.
+        # Not under a fault plan: a dropped member misses ticks there, which a catch-up would count.
+        sleeper = _Sleepers(self.peers, self.nodes, enabled=not faults)
         while self._written < self.sc.rounds:
             if not self._queue:
                 raise LivenessError(f"the event queue ran dry at height {self._written + 1}; reproduce: seed {self.sc.seed}")
             at, _, kind, data = heapq.heappop(self._queue)
             self._now_us = at
             if kind == "tick":
-                for pid, node in ticked:
+                for pid, node in sleeper.tick():
                     if not (faults and self._faulty(pid, "drop")):
                         fx = node.tick()
                         if fx:
                             self._apply(pid, fx)
+                    sleeper.settle(pid)
                 self._push(at + self._tick_us, "tick", None)
             elif kind == "deliver":
                 frm, to, payload = data
                 if self.fuzzer is not None and to in self.fuzzer.peers:
                     self.fuzzer.observe(frm, payload)
                 if not self._faulty(to, "drop"):
+                    sleeper.wake(to)
                     self._apply(to, self.nodes[to].on_message(frm, payload))
+                    sleeper.settle(to)
             elif kind == "trained":
                 peer, job, handle = data
+                sleeper.wake(peer)
                 self._finish_training(peer, job, handle)
+                sleeper.settle(peer)
             if self._predict_round:
                 self._maybe_predict()
             if self._interrupted:

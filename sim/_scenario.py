@@ -78,6 +78,7 @@ __all__ = [
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
 MODEL_PUSH = ("all", "participants")
+OUTSIDERS = ("blocks", "headers")
 
 # Bounds, so that a scenario that loads also runs: a value past them would allocate terabytes, never end, or
 # overflow inside the simulator or torch (issue 13). Far above every scenario of scenarios/ and the papers.
@@ -283,11 +284,22 @@ class NetworkConfig:
     The same ledger, as long as no member outside the next round misses a model it would have fetched under
     ``"all"`` (a validator that did not validate the committed proposal, a lost push): a fetch less moves the
     network's random draws of every later message. The network runtime always pushes to all."""
+    outsiders: str = "blocks"
+    """What the proposer sends the members outside the next round of each decided block: ``"blocks"`` (the
+    whole block) or ``"headers"`` (its header and commit certificate, about 1 kB instead of one entry per
+    update; such a member follows the chain by headers and takes the whole block when it has a role:
+    ``node.NodeCore(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"`` and the
+    coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
+    needs the included updates). It does not change the ledger."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.latency_spread <= SPREAD_MAX and 0 <= self.bandwidth_spread <= SPREAD_MAX,
                f"spreads must be in [0, {SPREAD_MAX:.0e}]")
         _check(self.model_push in MODEL_PUSH, f"model_push must be one of {', '.join(MODEL_PUSH)}")
+        _check(self.outsiders in OUTSIDERS, f"outsiders must be one of {', '.join(OUTSIDERS)}")
+        _check(self.outsiders == "blocks" or self.model_push == "participants",
+               'outsiders = "headers" needs model_push = "participants" (a member that receives every model '
+               "needs every block's model digest)")
         for name in ("drop", "duplicate", "reorder"):
             v = getattr(self, name)
             _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
@@ -408,6 +420,9 @@ class Scenario:
         _check(self.eval_every >= 1, "eval_every must be >= 1")
         _check(self.protocol.committee_size <= self.members, "committee_size exceeds members")
         _check(self.data.local_datasets <= self.members, "data.local_datasets exceeds members")
+        _check(self.network.outsiders == "blocks" or self.protocol.mode == "coordinator",
+               'network.outsiders = "headers" needs protocol.mode = "coordinator" (in committee mode the next '
+               "committee follows from the scores in the payload, not from the header)")
         _check(
             self.adversary.byzantine <= self.members - self.protocol.committee_size,
             "more Byzantine clients than members outside the genesis committee",

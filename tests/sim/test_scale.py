@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from consensus import LocalProtocolError
 from learning import partition_dataset, partition_spec, vector_to_blob
 from sim import Simulation, load_scenario
 from node._errors import ConfigFileError
@@ -89,6 +90,67 @@ def test_a_member_outside_the_next_round_gets_the_block_but_no_model_and_the_led
     assert res.bytes_by_kind["model"] < full.bytes_by_kind["model"]
     assert res.bytes_by_kind["pbft"] == full.bytes_by_kind["pbft"]  # everyone still receives every block
     assert res.messages_by_kind.get("want", 0) == full.messages_by_kind.get("want", 0)  # nobody fetches it instead
+
+
+def test_members_outside_the_next_round_get_headers_and_the_ledger_is_the_same():
+    """``network.outsiders = "headers"``: the proposer sends a member outside the next round the block's header
+    and certificate (``decided_header``), a member with a role the whole block; every member follows the chain,
+    and the ledger is the one whole blocks give."""
+    blocks = Simulation(_scale(300, 3, outsiders="blocks"), workers=0).run()
+    s = Simulation(_scale(300, 3, outsiders="headers"), workers=0)
+    kinds = {"decided_header": 0, "block": 0}
+    send = s._send
+
+    def watch(frm, fx, *, tampered=False):
+        if fx.kind == "pbft" and isinstance(fx, Transmit):
+            msg = s._decoder.decode(fx.data).pbft
+            if msg.block is not None or (msg.signed is not None and msg.signed.kind == "decided_header"):
+                nxt = s.nodes[frm].status()  # the proposer pushes while committing: it shows the next round
+                has_role = fx.to in nxt.trainers or fx.to in nxt.committee
+                header = msg.block is None
+                if fx.to not in s.nodes[frm].replica.status().committee or header:
+                    assert header != has_role, (fx.to, has_role)
+                kinds["decided_header" if header else "block"] += 1
+        send(frm, fx, tampered=tampered)
+
+    s._send = watch
+    res = s.run()
+    assert kinds["decided_header"] > 2 * 250 and kinds["block"] > 0
+    assert res.head_hash == blocks.head_hash
+    assert [(m.accepted, m.committee, m.view) for m in res.rounds] == [(m.accepted, m.committee, m.view) for m in blocks.rounds]
+    for got, whole in zip(res.traffic_by_round[1:], blocks.traffic_by_round[1:]):
+        assert got["pbft"][0] == whole["pbft"][0] and got["pbft"][1] < whole["pbft"][1] / 3, (got, whole)
+    # every member followed the chain, by headers or whole blocks: at the end each holds block 2 or the head, one
+    # hash per height (the run stops as soon as the ledger has block 3: its announcements are still on the way)
+    heads = {(n.chain_state.height, n.chain_state.head_hash) for n in s.nodes.values()}
+    assert {h for h, _ in heads} <= {2, 3} and len(heads) == len({h for h, _ in heads}) and (3, res.head_hash) in heads
+
+
+def test_skipping_idle_ticks_is_ticking_them():
+    """The simulator does not tick a member whose next ticks do nothing (``NodeCore.idle_ticks``) and catches
+    its clock up instead (``skip_ticks``): the member is then exactly as ticked, and acts the same after."""
+    sc = _scale(100, 1)
+    a, b = Simulation(sc, workers=0), Simulation(sc, workers=0)
+    first = a.nodes[a.peers[0]].status()
+    pid = next(p for p in a.peers if p not in first.committee and p not in first.trainers)
+    na, nb = a.nodes[pid], b.nodes[pid]
+    assert na.start() == nb.start() == []
+    idle = na.idle_ticks()
+    assert idle > 0 and idle == nb.idle_ticks()
+    for _ in range(idle):
+        assert na.tick() == []
+    nb.skip_ticks(idle)
+    assert na.status() == nb.status() and na.replica.status() == nb.replica.status()
+    assert na.idle_ticks() == nb.idle_ticks() == 0
+    fa, fb = na.tick(), nb.tick()  # the sync deadline: it asks a validator for the block, the same way
+    assert fa and [(e.to, e.data) for e in fa] == [(e.to, e.data) for e in fb]
+    with pytest.raises(LocalProtocolError):
+        nb.skip_ticks(nb.idle_ticks() + 1)
+    validator = a.nodes[first.committee[0]]
+    validator.start()
+    assert validator.idle_ticks() == 0
+    with pytest.raises(LocalProtocolError):
+        validator.skip_ticks(1)
 
 
 def test_five_hundred_members_cost_what_their_rounds_need_not_the_square_of_the_members():
