@@ -35,7 +35,6 @@ from consensus import ReplicaConfig
 from ledger import (
     ChainContext,
     Genesis,
-    KeyPair,
     Payload,
     genesis_committee,
     genesis_state,
@@ -49,7 +48,6 @@ from learning import (
     Dataset,
     Strategy,
     parse_availability,
-    parse_data_attack,
     parse_update_attack,
     vector_to_blob,
 )
@@ -71,7 +69,8 @@ from node.core import (
 )
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from sim._rng import RngTree
-from sim._world import OMNISCIENT_ATTACKS, World, attack_update, byzantine_indices
+from sim._jobs import JobHost, _JobSpec, limit_threads
+from sim._world import OMNISCIENT_ATTACKS, attack_update, byzantine_indices
 from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
 from sim._scenario import FaultConfig, Scenario
@@ -96,22 +95,6 @@ def _rare_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
-
-
-
-@dataclass(frozen=True, slots=True)
-class _JobSpec:
-    """Everything one local training job depends on (sent to a training worker as is)."""
-
-    index: int
-    fl_round: int
-    purpose: str
-    model: np.ndarray
-    server_state: bytes | None
-    client_state: bytes | None
-    lr: float
-    strategy_side: bool
-    poisoned: bool = False
 
 
 class LivenessError(RuntimeError):
@@ -288,19 +271,14 @@ class Simulation:
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
         self._wall0 = time.perf_counter()
-        torch.set_num_threads(1)
-        try:  # one BLAS thread too: small aggregation kernels are many times slower oversubscribed on 2 cores
-            from threadpoolctl import threadpool_limits  # noqa: PLC0415 (comes with scikit-learn)
-
-            threadpool_limits(1)
-        except ImportError:  # pragma: no cover
-            pass
-        # --- data, model, trainer, identities and genesis: shared with a testnet's node processes
-        world = World.build(scenario)
-        self.world = world
+        limit_threads(1)
+        # --- data, model, trainer, identities and genesis (shared with a testnet's node processes), and the data
+        # attacks: what the local jobs read, which a Ray trainer builds alone (sim._jobs)
+        self.jobs = JobHost(scenario)
+        world = self.world = self.jobs.world
         self.public_data = world.public_data
         self.test = world.test
-        self.client_data = world.client_data  # made per member when asked (sim._world.MemberData)
+        self.client_data = self.jobs.client_data
         self.trainer = world.trainer
         self.schedule = world.schedule
         self.theta0 = world.theta0
@@ -316,33 +294,19 @@ class Simulation:
         self.attack_name = scenario.adversary.attack.split("(")[0].strip()
         self.per_round = scenario.adversary.per_round
         self._byzantine_rounds: dict[int, frozenset[str]] = {}
-        self.poisoned_data: dict[int, Dataset] = {}
+        self.poisoned_data = self.jobs.poisoned_data
         """Member index → its data with the data attack applied (the fixed Byzantine set; every member for a
         per-round adversary, which poisons a client's data only in the rounds it controls that client)."""
         self.attack_from = scenario.adversary.from_round
-        self.batch_attack: Any = None
+        self.batch_attack: Any = self.jobs.batch_attack
         """A per-batch data attack (``Backdoor``): applied to every minibatch of an attacking job, its update
         boosted (``boost_update``) after training; None for whole-dataset attacks."""
         self.asr_data: Dataset | None = None
         """The backdoor's attack-success-rate set: non-target test samples, triggered, labelled the target."""
-        da = parse_data_attack(scenario.adversary.data_attack) if scenario.adversary.data_attack else None
-        if da is not None and getattr(da, "per_batch", False):
-            self.batch_attack = da
-            x_asr, y_asr = da.trigger_test_set(self.test.x, self.test.y)  # type: ignore[attr-defined]
+        if self.batch_attack is not None:
+            x_asr, y_asr = self.batch_attack.trigger_test_set(self.test.x, self.test.y)
             self.asr_data = Dataset(x=x_asr, y=y_asr, num_classes=self.test.num_classes, name=f"{self.test.name}-asr")
-        elif da is not None:
-            victims = sorted(self.byzantine) if not self.per_round else list(self.peers_sorted_by_index(keys))
-            for pid in victims:
-                i = self.index[pid]
-                d = self.client_data[i]
-                x, y = da.transform(d.x, d.y, rng=self._rng.child("data-attack", i).numpy())
-                self.poisoned_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
-            if not self.per_round and self.attack_from <= 1:  # poisoned for good (else per job, from attack_from)
-                for i, d in self.poisoned_data.items():
-                    self.client_data[i] = d
-        if self.trainer.device.type != "cpu":  # data lives where the model trains (minibatch indices stay CPU-seeded)
-            self.client_data = self.client_data.to(self.trainer.device)
-            self.poisoned_data = {i: d.to(self.trainer.device) for i, d in self.poisoned_data.items()}
+        if self.trainer.device.type != "cpu":  # evaluated where the model trains (the job host moved the clients' data)
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
@@ -476,10 +440,6 @@ class Simulation:
                     raise ValueError(f"fault target member:{i} does not exist ({self.sc.members} members)")
                 out.append((self.peers_by_index(i), f))
         return out
-
-    @staticmethod
-    def peers_sorted_by_index(keys: list[KeyPair]) -> list[str]:
-        return [k.peer_id for k in keys]
 
     def is_byzantine(self, peer: str, fl_round: int) -> bool:
         """Does the adversary control ``peer``'s job of ``fl_round``?"""
@@ -696,25 +656,10 @@ class Simulation:
             )
         return out.get(self.index[peer], 0)
 
-    def _local_train(self, i: int, fl_round: int, purpose: str, poisoned: bool = False) -> Any:
-        """The host's ``LocalTrain`` for one job: real PyTorch training on member ``i``'s data, seeded per job."""
-        data = self.poisoned_data[i] if poisoned and i in self.poisoned_data else self.client_data[i]
-        batch_transform = None
-        if poisoned and self.batch_attack is not None:
-            attack, arng = self.batch_attack, self._rng.child("data-attack", i, fl_round).numpy()
-
-            def batch_transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
-
-        return self.world.local_train(i, fl_round, purpose, data, batch_transform)
-
     def _run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:
-        """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``."""
-        return self.world.run_job(
-            self._local_train(spec.index, spec.fl_round, spec.purpose, spec.poisoned),
-            fl_round=spec.fl_round, strategy_side=spec.strategy_side, model=spec.model,
-            server_state=spec.server_state, client_state=spec.client_state, lr=spec.lr,
-        )
+        """One local job, a pure function of ``spec`` and the scenario: ``(upload, n_samples, client_state)``
+        (the job host's; the training pool calls it here, in a forked worker, or replaced by a benchmark)."""
+        return self.jobs.run_job(spec)
 
     def _job_spec(
         self, peer: str, fl_round: int, purpose: str, model: np.ndarray, server_state: bytes | None, client_state: bytes | None

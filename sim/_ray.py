@@ -1,6 +1,6 @@
 """Training jobs on a Ray cluster: ``concilium sim run SCENARIO --executor ray [--ray-address ADDR]``.
 
-A local training job is a pure function of its ``_JobSpec`` and the scenario (``Simulation._run_job``,
+A local training job is a pure function of its ``_JobSpec`` and the scenario (``sim._jobs.JobHost.run_job``,
 see ``sim/_workers.py``), so it may run anywhere that can rebuild the scenario: this module hands the jobs
 the simulator asks for to *trainers*, Ray actors spread over a cluster, and the ledger is the one the local
 executor writes, bit for bit (same seeds, same single-threaded CPU kernels, same inputs). Only the
@@ -8,11 +8,13 @@ protocol - every node core, the network, the ledger writer - stays in this proce
 
 What crosses the cluster, and how often:
 
-* **The scenario** (a few kB), once per trainer, with its creation: the trainer builds the scenario's
-  simulation from it once, when it starts (``Simulation(scenario, workers=0)``: the very code that trains
-  in-process; data generated or shipped with a dependency, partition, model, strategy - a pure function of
-  the scenario) and keeps it for every job; no member's data is ever shipped. (That set-up costs a trainer
-  what it costs the ``sim run`` process, node cores included; a job needs only the world and the attacks.)
+* **The scenario** (a few kB), once per trainer, with its creation: the trainer builds the scenario's job
+  host from it once, when it starts (``sim._jobs.JobHost(scenario)``: the very object the simulation trains
+  with in-process; the world - data generated or shipped with a dependency, partition, model, strategy - and
+  the data attacks, a pure function of the scenario) and keeps it for every job; no member's data is ever
+  shipped. No node core, network or ledger state is built: a trainer's set-up is the world's (the members'
+  keys and the genesis, which the world derives, included), a fraction of the ``sim run`` process's at scale
+  (``sim/_jobs.py``).
 * **The model**, once per round: a round's jobs start from the same global model, which goes into Ray's
   object store once (``ray.put``; one copy per machine, read in place by the trainers there); the jobs carry
   its reference. :attr:`RayPool.model_puts` counts the transfers.
@@ -40,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from sim._engine import Simulation, _JobSpec
+    from sim._engine import Simulation
+    from sim._jobs import _JobSpec
     from sim._scenario import Scenario
 
 __all__ = ["GPU_FRACTION_DEFAULT", "RayClusterError", "RayExecutor", "RayPool"]
@@ -54,30 +57,28 @@ class RayClusterError(RuntimeError):
 
 
 class _Trainer:
-    """A Ray actor's state: the scenario's simulation, built once from the scenario (its data, trainer and
-    strategy; nothing of it is sent), running the jobs it is given with ``threads`` PyTorch threads."""
+    """A Ray actor's state: the scenario's job host, built once from the scenario (its data, trainer, strategy
+    and data attacks; nothing of it is sent), running the jobs it is given on ``threads`` threads."""
 
     def __init__(self, scenario: Scenario, threads: int) -> None:
-        import torch  # noqa: PLC0415 - in the actor's process
+        from sim._jobs import JobHost, limit_threads  # noqa: PLC0415 - in the actor's process
 
-        from sim._engine import Simulation  # noqa: PLC0415
-
-        torch.set_num_threads(threads)
+        limit_threads(threads)
         if scenario.training.device != "cpu":
             # Ray shows an actor the GPU(s) it was given as device 0 (CUDA_VISIBLE_DEVICES): cuda:N is a
             # local choice of the machine that runs `sim run` (never in the genesis), so it means cuda here
             scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, device="cuda"))
         self.threads = threads
-        self.host = Simulation(scenario, workers=0)
+        self.host = JobHost(scenario)
 
     def run(self, spec: _JobSpec, model: np.ndarray) -> tuple[np.ndarray, int, bytes | None]:
         import torch  # noqa: PLC0415
 
-        # inside each task: a job never oversubscribes its CPU share (the simulation's set-up limited BLAS too)
+        # inside each task: a job never oversubscribes its CPU share (BLAS was limited at the trainer's start)
         torch.set_num_threads(self.threads)
         # the model is read in place from the object store (read-only): the job gets its own writable copy,
         # as a forked worker gets it from its pipe
-        return self.host._run_job(dataclasses.replace(spec, model=np.array(model)))
+        return self.host.run_job(dataclasses.replace(spec, model=np.array(model)))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

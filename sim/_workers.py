@@ -74,7 +74,7 @@ __all__ = [
 
 
 class _JobSpec(Protocol):
-    """What the pool reads of a job (``sim._engine._JobSpec``; this module does not import the engine, which
+    """What the pool reads of a job (``sim._jobs._JobSpec``; this module does not import the engine, which
     imports it)."""
 
     index: int
