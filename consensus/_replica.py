@@ -491,8 +491,9 @@ class Replica:
     def skip_ticks(self, n: int) -> None:
         """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
         :meth:`tick` would have done. Raises :class:`LocalProtocolError` if one of them might act."""
-        if not 0 <= n <= self.idle_ticks():
-            raise LocalProtocolError(f"cannot skip {n} ticks: only {self.idle_ticks()} are idle")
+        idle = self.idle_ticks()
+        if not 0 <= n <= idle:
+            raise LocalProtocolError(f"cannot skip {n} ticks: only {idle} are idle")
         self._now += n
 
     def propose(self, payload: Payload, *, height: int, view: int, time_ms: int) -> list[Effect]:

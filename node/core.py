@@ -507,10 +507,10 @@ class NodeCore:
         """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
         :meth:`tick` would have done (their effects are empty). Raises ``consensus.LocalProtocolError`` if one
         of them might act."""
-        idle = self.idle_ticks()
-        if not 0 <= n <= idle:
-            raise LocalProtocolError(f"cannot skip {n} ticks: only {idle} are idle")
-        self._replica.skip_ticks(n)
+        r = self._round
+        if n and (self._want or self._out or r.proposal_request is not None or self._me in r.plan.committee):
+            raise LocalProtocolError(f"cannot skip {n} ticks: the next may act")
+        self._replica.skip_ticks(n)  # checks the replica's side (idle_ticks)
         self._now += n
 
     def on_training_done(self, job: TrainJob, result: TrainResult) -> list[NodeEffect]:

@@ -239,7 +239,8 @@ class _Sleepers:
 
     def _catch_up(self, pid: str, seen: int, now: int) -> None:
         del self._asleep[pid]
-        self._nodes[pid].skip_ticks(now - seen)
+        if now > seen:
+            self._nodes[pid].skip_ticks(now - seen)
         self._awake.add(pid)
         self._sorted = None
 
