@@ -1,7 +1,7 @@
 """Many simulated members on one machine: cost per round, memory and traffic against the member count.
 
     python benchmarks/scale.py [--members 1000 10000] [--rounds 20] [--scenario scenarios/scale_10k.toml]
-                               [--workers 0] [--no-ledger] [--models-for-all] [--root DIR] [--json out.json]
+                               [--workers 0] [--no-ledger] [--models-for-all | --blocks] [--root DIR] [--json out.json]
 
 Runs the scenario (default ``scenarios/scale_10k.toml``: coordinator-mode FedAvg, 100 clients sampled per round,
 a committee of 7, the digits MLP) once per member count, each in a fresh process (so that its peak memory is its
@@ -16,10 +16,13 @@ be timed and taken out: per round,
   of the process (``cpu ms/client``; steadier on a shared machine);
 * ``peak RSS``: the process's ``ru_maxrss`` (the ledger writer is a forked process of its own, not counted);
 * traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged);
-  ``--models-for-all`` pushes every new model to every member, as before issue 16 item 5 (the same ledger).
+  ``--blocks`` sends the members outside the next round the whole decided block instead of its header and
+  certificate (``network.outsiders = "blocks"``); ``--models-for-all`` also pushes every new model to every member,
+  as before issue 16 item 5. The same ledger in all three.
 
 ``--root DIR`` runs the members from another checkout (e.g. ``git worktree add /tmp/before <commit>``; the scenario
-needs a tree that knows ``data.local_datasets``). Prints a table and the growth from the first member count to
+needs a tree that knows its keys: ``data.local_datasets``, ``network.outsiders``; pass an older scenario file with
+``--scenario``). Prints a table and the growth from the first member count to
 the last; ``--json`` writes every figure.
 """
 
@@ -47,6 +50,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from sim import Simulation, load_scenario
 
     sc = load_scenario(args.scenario, members=args.child, rounds=args.rounds)
+    if (args.blocks or args.models_for_all) and getattr(sc.network, "outsiders", "blocks") != "blocks":
+        import dataclasses  # noqa: PLC0415
+
+        sc = dataclasses.replace(sc, network=dataclasses.replace(sc.network, outsiders="blocks"))
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         s = Simulation(sc, workers=args.workers, ledger_dir=None if args.no_ledger else Path(tmp) / "ledger",
                        **({"models_for_all": True} if args.models_for_all else {}))
@@ -92,6 +99,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "ledger": not args.no_ledger,
         "models_for_all": args.models_for_all,
+        "outsiders": getattr(sc.network, "outsiders", "blocks"),
         "import_and_setup_s": t1 - t0,
         "setup_cpu_s": c1 - c0,
         "run_s": t2 - t1,
@@ -116,6 +124,8 @@ def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
         cmd.append("--no-ledger")
     if args.models_for_all:
         cmd.append("--models-for-all")
+    if args.blocks:
+        cmd.append("--blocks")
     env = dict(os.environ, PYTHONPATH=str(args.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(cmd, env=env, cwd=str(args.root), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -130,6 +140,8 @@ def main() -> None:
     ap.add_argument("--no-ledger", action="store_true", help="keep no results ledger (default: one in a temp dir)")
     ap.add_argument("--models-for-all", action="store_true",
                     help="push every new model to every member (the traffic before issue 16 item 5; same ledger)")
+    ap.add_argument("--blocks", action="store_true",
+                    help="send members outside the next round whole blocks, not headers (same ledger)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose sim/ runs (default: this one)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -141,7 +153,8 @@ def main() -> None:
         return
     rows = []
     print(f"{args.scenario.name}, {args.rounds} rounds, workers={args.workers}, ledger={'off' if args.no_ledger else 'on'}, "
-          f"models to {'all' if args.models_for_all else 'the next round'}, sim from {args.root}")
+          f"models to {'all' if args.models_for_all else 'the next round'}, "
+          f"outsiders get {'blocks' if args.blocks or args.models_for_all else 'the scenario says'}, sim from {args.root}")
     head = (f"{'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
             f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")
     print(head)
