@@ -126,6 +126,20 @@ def test_members_outside_the_next_round_get_headers_and_the_ledger_is_the_same()
     assert {h for h, _ in heads} <= {2, 3} and len(heads) == len({h for h, _ in heads}) and (3, res.head_hash) in heads
 
 
+def test_headers_under_a_corrupt_coordinator_give_the_ledger_whole_blocks_give():
+    """A corrupt coordinator each round (view changes, evidence, validators from outside the round): members that
+    follow by headers end on the ledger of members that take whole blocks."""
+    sc = load_scenario(SCENARIOS / "coordinator_corrupt.toml", rounds=6)
+    runs = {}
+    for outsiders in ("blocks", "headers"):
+        net = dataclasses.replace(sc.network, model_push="participants", outsiders=outsiders)
+        runs[outsiders] = Simulation(dataclasses.replace(sc, network=net), workers=0).run()
+    b, h = runs["blocks"], runs["headers"]
+    assert h.view_changes > 0 and h.evidence > 0
+    assert (h.head_hash, h.view_changes, h.evidence) == (b.head_hash, b.view_changes, b.evidence)
+    assert h.bytes_by_kind["pbft"] < b.bytes_by_kind["pbft"]
+
+
 def test_skipping_idle_ticks_is_ticking_them():
     """The simulator does not tick a member whose next ticks do nothing (``NodeCore.idle_ticks``) and catches
     its clock up instead (``skip_ticks``): the member is then exactly as ticked, and acts the same after."""
