@@ -43,7 +43,13 @@ Catch-up: a replica that is not in the height's committee observes. Decided bloc
 (CCP step 8); a replica that sees a member stuck at a height it has decided (its VIEW-CHANGE, a
 retransmitted vote, a ``sync_request``) asks its node to send it a batch of blocks from the block store
 (``SendBlocks``, rate limited); a replica that sees a member two heights ahead asks it; observers ask a
-committee member in turn every ``timeout_ticks_sync``.
+committee member in turn every ``timeout_ticks_sync``. A replica given ``next_committee`` (coordinator mode,
+where the rules fix the next committee from the state) may instead follow by ``decided_header``: the header
+and certificate, checked by ``ledger.apply_header``, emitted as ``CommitHeader`` with the payload's fields
+unknown, when its host needs no payload (``needs_payload``); otherwise it asks the sender for the block.
+
+Idle ticks: an observer with nothing held only counts ticks until its sync deadline; :meth:`Replica.idle_ticks`
+says how many, and a host with thousands of observers skips them (:meth:`Replica.skip_ticks`).
 
 Durability [pBFT §4.4-4.5: each replica keeps its log in stable storage]: :meth:`Replica.durable` is the
 canonical record of what a restarted replica must not forget about the current height (its view, every
