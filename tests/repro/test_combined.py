@@ -25,14 +25,15 @@ def _sections(text: str) -> list[str]:
     return re.findall(r"^## (.+)$", text, flags=re.M)
 
 
-def test_all_fast_writes_one_combined_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``reproduce.py all --fast`` (here over seed003 and seed004, the two quickest fast subsets): one
-    ``REPORT-fast.md`` at the root with both papers' claims and plots, and their measured discrepancies."""
-    monkeypatch.setattr(reproduce, "PAPERS", ("seed003", "seed004"))
-    assert reproduce.main(["all", "--fast", "--out", str(tmp_path), "--workers", "2"]) == 0
-    path = tmp_path / "REPORT-fast.md"
+def test_all_fast_writes_one_combined_report(fast_all) -> None:  # noqa: ANN001
+    """``reproduce.py all --fast`` (here over seed003 and seed004, the two quickest fast subsets; the run is the
+    session's ``fast_all``, see conftest.py): one ``REPORT-fast.md`` at the root with both papers' claims and
+    plots, and their measured discrepancies."""
+    assert fast_all.code == 0
+    out = fast_all.out
+    path = out / "REPORT-fast.md"
     text = path.read_text()
-    assert not (tmp_path / "REPORT.md").exists()  # a fast run never overwrites a full combined report
+    assert not (out / "REPORT.md").exists()  # a fast run never overwrites a full combined report
     assert text.startswith("# Paper reproductions (fast subsets)") and "**Verdict: PASS** (2/2 papers pass)" in text
     heads = _sections(text)
     assert heads[0].startswith("seed003: ") and heads[1].startswith("seed004: ")
@@ -40,12 +41,12 @@ def test_all_fast_writes_one_combined_report(tmp_path: Path, monkeypatch: pytest
     # per paper: the claims table with the four columns, every claim of the paper's own report, its plots linked
     assert text.count("| claim | threshold (as stated) | measured | result |") == 2
     for sid, claims in (("seed003", ("S1", "R1-bg10 (fast)")), ("seed004", ("R0.1", "R2.1", "R3.0 (fast)"))):
-        own = (tmp_path / f"{sid}-fast" / "REPORT.md").read_text()
+        own = (out / f"{sid}-fast" / "REPORT.md").read_text()
         assert "## Where the paper does not hold" in own
         for c in claims:
             assert f"| {c} |" in text and f"| {c} |" in own
     links = re.findall(r"\]\((seed00\d-fast/[^)]+\.png)\)", text)
-    assert links and all((tmp_path / link).is_file() for link in links)
+    assert links and all((out / link).is_file() for link in links)
     assert any(link.startswith("seed004-fast/") for link in links)
     # the discrepancy section: our numbers, not the spec's text
     tail = text.split("## Where the paper does not hold", 1)[1]
@@ -55,7 +56,7 @@ def test_all_fast_writes_one_combined_report(tmp_path: Path, monkeypatch: pytest
     assert "#### b̂ off by one (spec §3.2) (confirmed: the paper does not hold here)" in tail
     assert "b̂ literal Lemma 1 (α = b̂/n̂) = 12, '+1' form (α = (b̂+1)/n̂) = 11, exact union bound = 9" in tail
     assert "b̂ literal Lemma 1 (α = b̂/n̂) = 14, '+1' form (α = (b̂+1)/n̂) = 13, exact union bound = 10" in tail
-    summary = (tmp_path / "report-fast.json").read_text()
+    summary = (out / "report-fast.json").read_text()
     assert '"seed003"' in summary and '"seed004"' in summary and '"discrepancies"' in summary
 
 

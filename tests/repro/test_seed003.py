@@ -48,8 +48,8 @@ def test_crafted_reference_steers_the_mean_score_not_the_median() -> None:
         assert res[(j, "median")] == {"first": False, "bad_accepted": 0}
 
 
-def test_fast_reproduction(tmp_path: Path) -> None:
-    report = seed003.reproduce(tmp_path, fast=True, workers=2)
+def test_fast_reproduction(tmp_path: Path, fast_all) -> None:  # noqa: ANN001
+    report = fast_all.report("seed003")  # seed003.reproduce(out, fast=True, workers=2), run once (conftest.py)
     failed = [c for c in report.claims if not c.passed]
     assert not failed, failed
     assert {"S1", "R1-bg10 (fast)", "R5-bg10 (fast, I only)"} <= {c.name for c in report.claims}

@@ -23,8 +23,8 @@ def test_small_b_hat_is_table_1_clamped() -> None:
     assert [seed004.small_b_hat(k) for k in (1, 2, 6, 11, 36, 56)] == [0, 0, 2, 4, 17, 27]
 
 
-def test_fast_reproduction(tmp_path: Path) -> None:
-    report = seed004.reproduce(tmp_path, fast=True, workers=2)
+def test_fast_reproduction(tmp_path: Path, fast_all) -> None:  # noqa: ANN001
+    report = fast_all.report("seed004")  # seed004.reproduce(out, fast=True, workers=2), run once (conftest.py)
     failed = [c for c in report.claims if not c.passed]
     assert not failed, failed
     names = {c.name for c in report.claims}
