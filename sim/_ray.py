@@ -180,7 +180,12 @@ class RayPool:
                          logging_level=logging.ERROR)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 where = config.address or "a new local Ray instance"
-                raise RayClusterError(f"cannot reach the Ray cluster at {where}: {str(e).splitlines()[0][:200]}") from None
+                hint = ""
+                if config.address:  # Ray logs a refused token and then says only that it could not connect
+                    hint = (" (is the head up at that address, and is this machine's token, RAY_AUTH_TOKEN or"
+                            " ~/.ray/auth_token, the head's?)")
+                raise RayClusterError(
+                    f"cannot reach the Ray cluster at {where}: {str(e).splitlines()[0][:200]}{hint}") from None
             finally:
                 for s, h in saved.items():
                     if h is not None:
