@@ -29,6 +29,7 @@ the last; ``--json`` writes every figure.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -51,8 +52,6 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     sc = load_scenario(args.scenario, members=args.child, rounds=args.rounds)
     if (args.blocks or args.models_for_all) and getattr(sc.network, "outsiders", "blocks") != "blocks":
-        import dataclasses  # noqa: PLC0415
-
         sc = dataclasses.replace(sc, network=dataclasses.replace(sc.network, outsiders="blocks"))
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         s = Simulation(sc, workers=args.workers, ledger_dir=None if args.no_ledger else Path(tmp) / "ledger",

@@ -1194,8 +1194,7 @@ class Replica:
                 raise RemoteProtocolError("future_height", f"decided block {b.height}")
             if not any(x.owner == "" and x.height == b.height for x in self._buffer):
                 self._hold(b.height, 0, "", Message(block=b), sender)
-            if sender is not None and sender in self._ctx.members:
-                self._request_sync(sender, fx)
+            self._ask_block(sender, fx)
             return
         try:
             state = verify_decided_block(self._ctx, self._state, b)
@@ -1215,12 +1214,10 @@ class Replica:
             self._note_ahead(h, sender, fx)
             if h > self._h + self._cfg.height_window:
                 raise RemoteProtocolError("future_height", f"decided header {h}")
-            if sender is not None and sender in self._ctx.members:
-                self._request_sync(sender, fx)  # whole blocks: the heights between are not at hand
+            self._ask_block(sender, fx)  # whole blocks: the heights between are not at hand
             return
         if self._in_committee or self._next_committee is None:
-            if sender is not None and sender in self._ctx.members:
-                self._request_sync(sender, fx)
+            self._ask_block(sender, fx)
             return
         try:
             state = apply_header(self._ctx, self._state, d.header, d.certificate,
@@ -1228,8 +1225,7 @@ class Replica:
         except LedgerError as e:
             raise RemoteProtocolError("bad_certificate", str(e)) from None
         if self._needs_payload is None or self._needs_payload(state):
-            if sender is not None and sender in self._ctx.members:
-                self._request_sync(sender, fx)
+            self._ask_block(sender, fx)
             return
         fx.append(CommitHeader(header=d.header, certificate=d.certificate, state=state))
         self._paused = True
@@ -1262,6 +1258,11 @@ class Replica:
             self._ahead = (height, peer)
         if height > self._h + 1:
             self._request_sync(peer, fx)
+
+    def _ask_block(self, sender: str | None, fx: list[Effect]) -> None:
+        """Ask the member that sent a decided block or header for the whole block(s) from this height on."""
+        if sender is not None and sender in self._ctx.members:
+            self._request_sync(sender, fx)
 
     def _request_sync(self, peer: str, fx: list[Effect]) -> None:
         key = (peer, self._h)

@@ -343,17 +343,35 @@ def apply_block(
     Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
     :func:`decode_block`) saves recomputing the hashes of a block just decoded.
     """
-    memo = ctx.block_memo if blobs is None and reexecutor is None else None
-    if memo is not None:
-        hit = memo.get((state, id(block)))
-        if hit is not None and hit[0] is block:
-            return hit[1]
+    structural = blobs is None and reexecutor is None  # (only structural checks are remembered)
+    hit = _remembered(ctx, state, block) if structural else None
+    if hit is not None:
+        return hit
     new_state = _apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+    if structural:
+        _remember(ctx, state, block, new_state)
+    return new_state
+
+
+def _remembered(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader) -> ChainState | None:
+    """The state a past successful check of ``checked`` (this very object) after ``state`` gave, if remembered."""
+    memo = ctx.block_memo
+    hit = None if memo is None else memo.get((state, id(checked)))
+    return hit[1] if hit is not None and hit[0] is checked else None
+
+
+def _remember(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader, new_state: ChainState) -> None:
+    memo = ctx.block_memo
     if memo is not None:
-        memo[(state, id(block))] = (block, new_state)  # the entry keeps ``block`` alive: its id stays unique
+        memo[(state, id(checked))] = (checked, new_state)  # the entry keeps ``checked`` alive: its id stays unique
         while len(memo) > ctx.block_memo_max:
             memo.popitem(last=False)
-    return new_state
+
+
+def _check_next_committee(ctx: ChainContext, height: int, committee: Sequence[str]) -> None:
+    for p in committee:
+        if p not in ctx.members:
+            raise ChainError(f"height {height}: next committee names non-member {p!r:.60}")
 
 
 def _apply_block(
@@ -393,9 +411,7 @@ def _apply_block(
             update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
             what=what_update,
         )
-    for p in pl.next_committee:
-        if p not in ctx.members:
-            raise ChainError(f"height {h}: next committee names non-member {p!r:.60}")
+    _check_next_committee(ctx, h, pl.next_committee)
     for x in pl.attestations:
         if x.height != h:
             raise ChainError(f"height {h}: attestation of {x.signer} is for height {x.height}")
@@ -469,17 +485,13 @@ def apply_header(
     :class:`LedgerError` subclass naming the height and reason. Remembered like :func:`apply_block` (keyed by
     ``state`` and the header object).
     """
-    memo = ctx.block_memo
-    if memo is not None:
-        hit = memo.get((state, id(header)))
-        if hit is not None and hit[0] is header:
-            return hit[1]
+    hit = _remembered(ctx, state, header)
+    if hit is not None:
+        return hit
     _check_link(ctx, state, header)
     header_hash = header.hash()
     check_certificate(ctx, state.committee, header, certificate, header_hash=header_hash)
-    for p in next_committee:
-        if p not in ctx.members:
-            raise ChainError(f"height {header.height}: next committee names non-member {p!r:.60}")
+    _check_next_committee(ctx, header.height, next_committee)
     new = ChainState(
         height=header.height,
         head_hash=header_hash,
@@ -488,10 +500,7 @@ def apply_header(
         model_digest=b"",
         state_digest=None,
     )
-    if memo is not None:
-        memo[(state, id(header))] = (header, new)
-        while len(memo) > ctx.block_memo_max:
-            memo.popitem(last=False)
+    _remember(ctx, state, header, new)
     return new
 
 

@@ -498,20 +498,21 @@ class NodeCore:
         round's committee, with no blob wanted and nothing to propose, only waits for the decided block: its
         replica's sync deadline bounds the wait (``Replica.idle_ticks``). The simulator skips such members'
         ticks (:meth:`skip_ticks`), so that a member outside the round costs nothing between its messages."""
-        r = self._round
-        if self._want or self._out or r.proposal_request is not None or self._me in r.plan.committee:
-            return 0
-        return self._replica.idle_ticks()
+        return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
 
     def skip_ticks(self, n: int) -> None:
         """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
         :meth:`tick` would have done (their effects are empty). Raises ``consensus.LocalProtocolError`` if one
         of them might act."""
-        r = self._round
-        if n and (self._want or self._out or r.proposal_request is not None or self._me in r.plan.committee):
+        if n and self._may_act_on_tick():
             raise LocalProtocolError(f"cannot skip {n} ticks: the next may act")
         self._replica.skip_ticks(n)  # checks the replica's side (idle_ticks)
         self._now += n
+
+    def _may_act_on_tick(self) -> bool:
+        """The node's own side of a tick: retrying wanted blobs, a validator's collect deadline, a proposal."""
+        r = self._round
+        return bool(self._want or self._out) or r.proposal_request is not None or self._me in r.plan.committee
 
     def on_training_done(self, job: TrainJob, result: TrainResult) -> list[NodeEffect]:
         r = self._round

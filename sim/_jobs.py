@@ -82,9 +82,7 @@ class JobHost:
         elif da is not None:
             victims = range(scenario.members) if adv.per_round else byzantine_indices(scenario, world.genesis)
             for i in victims:
-                d = self.client_data[i]
-                x, y = da.transform(d.x, d.y, rng=world.rng.child("data-attack", i).numpy())
-                self.poisoned_data[i] = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+                self.poisoned_data[i] = world.poisoned_copy(i, da)
             if not adv.per_round and adv.from_round <= 1:  # poisoned for good (else per job, from from_round)
                 for i, d in self.poisoned_data.items():
                     self.client_data[i] = d
@@ -96,13 +94,7 @@ class JobHost:
         """The ``LocalTrain`` of one job: real PyTorch training on member ``i``'s data (its poisoned copy, or
         each minibatch backdoored, when ``poisoned``), seeded per job."""
         data = self.poisoned_data[i] if poisoned and i in self.poisoned_data else self.client_data[i]
-        if not (poisoned and self.batch_attack is not None):
-            return self.world.local_train(i, fl_round, purpose, data)
-        attack, arng = self.batch_attack, self.world.rng.child("data-attack", i, fl_round).numpy()
-
-        def backdoor(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
-
+        backdoor = self.world.backdoor(self.batch_attack, i, fl_round) if poisoned and self.batch_attack is not None else None
         return self.world.local_train(i, fl_round, purpose, data, backdoor)
 
     def run_job(self, spec: _JobSpec) -> tuple[np.ndarray, int, bytes | None]:

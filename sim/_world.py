@@ -268,6 +268,23 @@ class World:
                 return i
         raise KeyError(peer)
 
+    def poisoned_copy(self, i: int, attack: Any) -> Dataset:
+        """Member ``i``'s data with a whole-dataset data attack applied, seeded by ``("data-attack", i)``: the same
+        copy in the simulator (``sim._jobs.JobHost``) and in a testnet node (:class:`MemberTrainer`)."""
+        d = self.client_data[i]
+        x, y = attack.transform(d.x, d.y, rng=self.rng.child("data-attack", i).numpy())
+        return Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+
+    def backdoor(self, attack: Any, i: int, fl_round: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """The per-batch data attack of member ``i``'s job of ``fl_round`` (a ``batch_transform`` for
+        :meth:`local_train`), seeded by ``("data-attack", i, fl_round)``: the same in both drivers."""
+        arng = self.rng.child("data-attack", i, fl_round).numpy()
+
+        def transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
+
+        return transform
+
     def local_train(
         self,
         i: int,
@@ -443,9 +460,7 @@ class MemberTrainer:
         if da is not None and getattr(da, "per_batch", False):
             self.batch_attack = da
         elif da is not None:
-            d = world.client_data[index]
-            x, y = da.transform(d.x, d.y, rng=world.rng.child("data-attack", index).numpy())
-            self.poisoned = Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+            self.poisoned = world.poisoned_copy(index, da)
             self.poisoned_always = adv.from_round <= 1  # as the simulator: the member's data, for every job
 
     def __call__(self, job: Any) -> Any:
@@ -454,13 +469,7 @@ class MemberTrainer:
         w, i, r = self.world, self.index, job.fl_round
         attacking = self.byzantine and job.purpose == PURPOSE_UPDATE and r >= self.from_round
         data = self.poisoned if self.poisoned is not None and (self.poisoned_always or attacking) else None
-        batch_transform = None
-        if attacking and self.batch_attack is not None:
-            attack, arng = self.batch_attack, w.rng.child("data-attack", i, r).numpy()
-
-            def batch_transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
-
+        batch_transform = w.backdoor(self.batch_attack, i, r) if attacking and self.batch_attack is not None else None
         strategy_side = w.strategy is not None and job.purpose == PURPOSE_UPDATE
         delta, n, client_state = w.run_job(
             w.local_train(i, r, job.purpose, data, batch_transform),
