@@ -31,7 +31,6 @@ Paper [P] vs authors' code [C], and what is implemented here ([R], the spec's re
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import math
 import struct
@@ -50,6 +49,7 @@ from ledger import (
     SignedMessage,
     UpdateCommitment,
     encode,
+    hash_tagged,
     primary,
     quorum_size,
     sign_bytes,
@@ -227,16 +227,8 @@ def _ranked_by_hash(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[st
 
 @functools.lru_cache(maxsize=256)
 def _ranked_memo(domain: bytes, seed: bytes, peers: tuple[str, ...]) -> tuple[str, ...]:
-    # Every node of a process (the simulator runs N) ranks the same pool with the same seed each round. The key
-    # is hash_tagged(domain, seed + id), from a copy of the hash state after the shared prefix (thousands of ids).
-    base = hashlib.sha256(domain + b"\x00" + seed)
-
-    def key(p: str) -> tuple[bytes, str]:
-        h = base.copy()
-        h.update(p.encode())
-        return h.digest(), p
-
-    return tuple(sorted(peers, key=key))
+    # Every node of a process (the simulator runs N) ranks the same pool with the same seed each round.
+    return tuple(sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p)))
 
 
 def sample_training_clients(
