@@ -1,7 +1,8 @@
 """Many simulated members on one machine: cost per round, memory and traffic against the member count.
 
     python benchmarks/scale.py [--members 1000 10000] [--rounds 20] [--scenario scenarios/scale_10k.toml]
-                               [--workers 0] [--no-ledger] [--models-for-all | --blocks] [--root DIR] [--json out.json]
+                               [--workers 0] [--no-ledger] [--models-for-all | --blocks | --outsiders MODE]
+                               [--root DIR] [--json out.json]
 
 Runs the scenario (default ``scenarios/scale_10k.toml``: coordinator-mode FedAvg, 100 clients sampled per round,
 a committee of 7, the digits MLP) once per member count, each in a fresh process (so that its peak memory is its
@@ -18,7 +19,9 @@ be timed and taken out: per round,
 * traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged);
   ``--blocks`` sends the members outside the next round the whole decided block instead of its header and
   certificate (``network.outsiders = "blocks"``); ``--models-for-all`` also pushes every new model to every member,
-  as before issue 16 item 5. The same ledger in all three.
+  as before issue 16 item 5. The same ledger in all three. ``--outsiders lazy|headers|blocks`` sets
+  ``network.outsiders`` (``lazy``: members outside the round are sent nothing and catch up by headers when a role
+  wakes them; another ledger than the other two for the same seed, as the catch-up moves the network's draws).
 
 ``--root DIR`` runs the members from another checkout (e.g. ``git worktree add /tmp/before <commit>``; the scenario
 needs a tree that knows its keys: ``data.local_datasets``, ``network.outsiders``; pass an older scenario file with
@@ -53,6 +56,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     sc = load_scenario(args.scenario, members=args.child, rounds=args.rounds)
     if (args.blocks or args.models_for_all) and getattr(sc.network, "outsiders", "blocks") != "blocks":
         sc = dataclasses.replace(sc, network=dataclasses.replace(sc.network, outsiders="blocks"))
+    elif args.outsiders:
+        sc = dataclasses.replace(sc, network=dataclasses.replace(sc.network, outsiders=args.outsiders))
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         s = Simulation(sc, workers=args.workers, ledger_dir=None if args.no_ledger else Path(tmp) / "ledger",
                        **({"models_for_all": True} if args.models_for_all else {}))
@@ -125,6 +130,8 @@ def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
         cmd.append("--models-for-all")
     if args.blocks:
         cmd.append("--blocks")
+    if args.outsiders:
+        cmd += ["--outsiders", args.outsiders]
     env = dict(os.environ, PYTHONPATH=str(args.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(cmd, env=env, cwd=str(args.root), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -141,6 +148,8 @@ def main() -> None:
                     help="push every new model to every member (the traffic before issue 16 item 5; same ledger)")
     ap.add_argument("--blocks", action="store_true",
                     help="send members outside the next round whole blocks, not headers (same ledger)")
+    ap.add_argument("--outsiders", choices=("blocks", "headers", "lazy"),
+                    help="what members outside the next round are sent (network.outsiders; default: the scenario's)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose sim/ runs (default: this one)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -153,7 +162,8 @@ def main() -> None:
     rows = []
     print(f"{args.scenario.name}, {args.rounds} rounds, workers={args.workers}, ledger={'off' if args.no_ledger else 'on'}, "
           f"models to {'all' if args.models_for_all else 'the next round'}, "
-          f"outsiders get {'blocks' if args.blocks or args.models_for_all else 'the scenario says'}, sim from {args.root}")
+          f"outsiders get {'blocks' if args.blocks or args.models_for_all else args.outsiders or 'the scenario says'}, "
+          f"sim from {args.root}")
     head = (f"{'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
             f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")
     print(head)

@@ -56,6 +56,7 @@ from consensus._errors import (
 from consensus._messages import (
     KIND_COMMIT,
     KIND_HEADER,
+    KIND_HEADER_SYNC,
     KIND_NEW_VIEW,
     KIND_PRE_PREPARE,
     KIND_PREPARE,
@@ -66,6 +67,7 @@ from consensus._messages import (
     Proposal,
     decided_header_message,
     decided_message,
+    header_sync_request_message,
     parse,
     vote_message,
 )
@@ -77,6 +79,7 @@ __all__ = [
     "KIND_COMMIT",
     "KIND_EQUIVOCATION",
     "KIND_HEADER",
+    "KIND_HEADER_SYNC",
     "KIND_INVALID_PROPOSAL",
     "KIND_INVALID_SCORE_ROW",
     "KIND_NEW_VIEW",
@@ -128,6 +131,7 @@ __all__ = [
     "decide_round",
     "decided_header_message",
     "decided_message",
+    "header_sync_request_message",
     "elect_committee",
     "election_window",
     "parse",

@@ -35,11 +35,14 @@ class Broadcast:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SendBlocks:
     """Send ``to`` the decided blocks of heights ``[start, stop)`` from the block store, each as
-    ``Message(block=...)``: a member is stuck at a height this replica has decided."""
+    ``Message(block=...)``: a member is stuck at a height this replica has decided. ``headers``: send each as its
+    header and certificate alone (``consensus.decided_header_message``; the member asked a ``header_sync_request``),
+    from the host's record of decided headers where it holds no block."""
 
     to: str
     start: int
     stop: int
+    headers: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,8 @@ kind           body                                          travels with
 ``new_view``    ``{"view_changes": [SM, ...],                 the re-proposed ``Payload``, if any
                 "pre_prepare": SM | None}``
 ``sync_request`` ``{}`` (``height`` = the block wanted)        —
+``header_sync_request`` ``{}`` (``height`` = the first header  —
+                wanted)
 ``decided_header`` ``{"header": BlockHeader value,              —
                 "certificate": Certificate value}``
 ============== ============================================ ========================================
@@ -31,7 +33,9 @@ A decided block (header, payload, certificate) travels as ``Message(block=...)``
 signature of the sender, its certificate proves it. ``decided_header`` announces a decided block
 without its payload to a member that does not need the payload (outside the next round, in a mode
 whose next committee follows from the header: ``Replica(next_committee=...)``); the certificate proves
-the header, the sender's signature only names who sent it.
+the header, the sender's signature only names who sent it. ``header_sync_request`` asks a member for
+``decided_header`` messages from a height on: a member that slept through heights without a role catches up
+by headers (``Replica(lazy=True)``), not by whole blocks.
 
 :func:`parse` is the stateless check (CometBFT's ``ValidateBasic``): shapes, kinds, heights, hashes and
 payload binding. Everything that needs the chain (membership, signatures, quorum, the primary of a
@@ -63,6 +67,7 @@ from consensus._errors import RemoteProtocolError
 __all__ = [
     "KIND_COMMIT",
     "KIND_HEADER",
+    "KIND_HEADER_SYNC",
     "KIND_NEW_VIEW",
     "KIND_PREPARE",
     "KIND_PRE_PREPARE",
@@ -82,6 +87,7 @@ __all__ = [
     "ViewChange",
     "Vote",
     "decided_header_message",
+    "header_sync_request_message",
     "decided_message",
     "new_view_message",
     "parse",
@@ -98,6 +104,7 @@ KIND_VIEW_CHANGE = "view_change"
 KIND_NEW_VIEW = "new_view"
 KIND_SYNC = "sync_request"
 KIND_HEADER = "decided_header"
+KIND_HEADER_SYNC = "header_sync_request"
 PBFT_KINDS = (KIND_PRE_PREPARE, KIND_PREPARE, KIND_COMMIT, KIND_VIEW_CHANGE, KIND_NEW_VIEW)
 """Kinds that are votes: at most one body per (signer, kind, height, view), else equivocation."""
 
@@ -201,9 +208,11 @@ class NewView:
 
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
-    """A member asks for the decided block of ``signed.height``."""
+    """A member asks for the decided block of ``signed.height`` and those after it (``sync_request``), or for
+    their headers and certificates alone (``headers``: ``header_sync_request``)."""
 
     signed: SignedMessage
+    headers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +380,7 @@ def parse(message: Message) -> Parsed:
     if signed.height < 1:
         raise _malformed("consensus messages are for heights >= 1")
     kind = signed.kind
-    if kind in (KIND_PREPARE, KIND_COMMIT, KIND_SYNC, KIND_HEADER) and message.payload is not None:
+    if kind in (KIND_PREPARE, KIND_COMMIT, KIND_SYNC, KIND_HEADER_SYNC, KIND_HEADER) and message.payload is not None:
         raise _malformed(f"{kind} carries no payload")
     if kind == KIND_PRE_PREPARE:
         return _pre_prepare(signed, message.payload, need_payload=True)
@@ -381,17 +390,17 @@ def parse(message: Message) -> Parsed:
         return _view_change(signed, message.payload, need_payload=True)
     if kind == KIND_NEW_VIEW:
         return _new_view(signed, message.payload)
-    if kind == KIND_SYNC:
+    if kind in (KIND_SYNC, KIND_HEADER_SYNC):
         _body(signed, frozenset())
         if signed.view != 0:
-            raise _malformed("sync_request has view 0")
-        return SyncRequest(signed)
+            raise _malformed(f"{kind} has view 0")
+        return SyncRequest(signed, headers=kind == KIND_HEADER_SYNC)
     if kind == KIND_HEADER:
         return _decided_header(signed)
     raise _malformed(f"unknown message kind {kind!r:.40}")
 
 
-_HEADERS_KEPT = 8
+_HEADERS_KEPT = 64
 _headers: dict[int, tuple[SignedMessage, DecidedHeader]] = {}
 """The last few parsed ``decided_header`` messages, by the identity of their (immutable, decoded) signed part:
 thousands of members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``)."""
@@ -481,11 +490,24 @@ def sync_request_message(key: KeyPair, chain_id: str, height: int) -> Message:
     return Message(signed=sign_signed(key, chain_id, KIND_SYNC, height, 0, {}))
 
 
+def header_sync_request_message(key: KeyPair, chain_id: str, height: int) -> Message:
+    """Ask for the decided headers (and certificates) from ``height`` on (``header_sync_request``)."""
+    return Message(signed=sign_signed(key, chain_id, KIND_HEADER_SYNC, height, 0, {}))
+
+
 def decided_message(block: Block) -> Message:
     return Message(block=block)
 
 
-def decided_header_message(key: KeyPair, chain_id: str, block: Block) -> Message:
-    """``block`` announced without its payload (``decided_header``), signed by the sender ``key``."""
-    body = {"header": block.header.to_value(), "certificate": block.certificate.to_value()}  # type: ignore[attr-defined]
-    return Message(signed=sign_signed(key, chain_id, KIND_HEADER, block.height, block.certificate.view, body))
+def decided_header_message(
+    key: KeyPair, chain_id: str, block: Block | None = None, *, header: BlockHeader | None = None,
+    certificate: Certificate | None = None,
+) -> Message:
+    """A decided block announced without its payload (``decided_header``), signed by the sender ``key``: ``block``'s
+    header and certificate, or ``header`` and ``certificate`` given alone (a member that followed by headers)."""
+    if block is not None:
+        header, certificate = block.header, block.certificate
+    if header is None or certificate is None:
+        raise ValueError("decided_header_message needs a block, or a header and its certificate")
+    body = {"header": header.to_value(), "certificate": certificate.to_value()}  # type: ignore[attr-defined]
+    return Message(signed=sign_signed(key, chain_id, KIND_HEADER, header.height, certificate.view, body))

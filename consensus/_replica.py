@@ -47,6 +47,11 @@ committee member in turn every ``timeout_ticks_sync``. A replica given ``next_co
 where the rules fix the next committee from the state) may instead follow by ``decided_header``: the header
 and certificate, checked by ``ledger.apply_header``, emitted as ``CommitHeader`` with the payload's fields
 unknown, when its host needs no payload (``needs_payload``); otherwise it asks the sender for the block.
+A *lazy* replica (``lazy=True``, with ``next_committee``) outside the committee keeps no sync timer while its host
+has no role at its height and it knows no later height: it sleeps through the heights it takes no part in (its
+host is sent nothing then). When a message shows it a later height (the proposer pushes the block before a round
+in which it has a role), it asks the sender for headers (``header_sync_request``: ``SendBlocks(headers=True)``
+there), follows them to that height, and takes whole the block its host needs.
 
 Idle ticks: an observer with nothing held only counts ticks until its sync deadline; :meth:`Replica.idle_ticks`
 says how many, and a host with thousands of observers skips them (:meth:`Replica.skip_ticks`).
@@ -102,6 +107,7 @@ from consensus._effects import Broadcast, Commit, CommitHeader, Effect, ReportMi
 from consensus._errors import DurableStateError, EquivocationError, LocalProtocolError, RemoteProtocolError
 from consensus._messages import (
     KIND_COMMIT,
+    KIND_HEADER,
     KIND_NEW_VIEW,
     KIND_PRE_PREPARE,
     KIND_PREPARE,
@@ -121,6 +127,7 @@ from consensus._messages import (
     new_view_message,
     parse,
     pre_prepare_message,
+    header_sync_request_message,
     sync_request_message,
     view_change_message,
     vote_message,
@@ -147,6 +154,8 @@ DURABLE_FORMAT = 1
 """Version of the :meth:`Replica.durable` record."""
 DURABLE_BYTES_MAX = 256 << 20
 """Largest :meth:`Replica.durable` record a replica restores from (a local file: a bound on memory)."""
+_HEADER_OWNER = "#header"
+"""The owner under which a lazy replica holds decided headers of later heights (no member id starts with '#')."""
 _DURABLE_VIEW_MAX = 1 << 32  # a view no replica reaches (each one waits longer than the last)
 _KIND_ORDER = {KIND_VIEW_CHANGE: 0, KIND_NEW_VIEW: 1, KIND_PRE_PREPARE: 2, KIND_PREPARE: 3, KIND_COMMIT: 4}
 """The order in which a replica signs its messages of one view (entering it, then the normal case)."""
@@ -186,6 +195,9 @@ class ReplicaConfig:
     """Messages kept for a later view or height (all senders together)."""
     sync_batch_max: int = 8
     """Decided blocks sent to a laggard per request (at most ``height_window``)."""
+    header_batch_max: int = 64
+    """Decided headers sent per ``header_sync_request`` (small: about 1.3 kB each); a lazy replica holds those of
+    a batch that arrive out of order."""
     refusals_kept: int = 32
     verify_cache_max: int = 8192
 
@@ -203,7 +215,7 @@ class ReplicaConfig:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.backoff_exponent_max <= 30:
             raise ValueError("backoff_exponent_max must be in [0, 30]")
-        for name in ("buffered_messages_max", "sync_batch_max", "refusals_kept", "verify_cache_max"):
+        for name in ("buffered_messages_max", "sync_batch_max", "header_batch_max", "refusals_kept", "verify_cache_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.sync_batch_max > self.height_window:
@@ -350,6 +362,13 @@ class Replica:
         payload of the block that leads to ``state_after`` (it has a role in the next round, holds evidence,
         keeps an archive...); a replica outside the committee takes a header (``CommitHeader``) only where it
         says no, and otherwise asks the sender for the whole block.
+    lazy:
+        With ``next_committee`` and ``needs_payload``: outside the committee, sleep (no sync timer) at a height where
+        the host has no role (``needs_payload(state)`` is False) until a message shows a later height, and catch
+        up by headers then (``header_sync_request``), not by whole blocks. A member with a role at a later
+        height is woken by the block the proposer pushes it; one that is never woken stays behind, which costs
+        it nothing and the chain nothing (it takes no part). Default False: every observer asks for the decided
+        block every ``timeout_ticks_sync``.
 
     The constructor's effects (``RequestProposal`` when this replica is the first primary; after a
     restore, the VIEW-CHANGE it signs in that first call) are returned by the first :meth:`tick` or
@@ -395,7 +414,10 @@ class Replica:
         restore: bytes | None = None,
         next_committee: Callable[[ChainState], tuple[str, ...]] | None = None,
         needs_payload: Callable[[ChainState], bool] | None = None,
+        lazy: bool = False,
     ) -> None:
+        if lazy and (next_committee is None or needs_payload is None):
+            raise ValueError("a lazy replica follows by headers: it needs next_committee and needs_payload")
         if key.peer_id not in ctx.members:
             raise LocalProtocolError(f"{key.peer_id} is not a member of chain {ctx.chain_id}")
         self._ctx = ctx
@@ -404,6 +426,8 @@ class Replica:
         self._validate = validate
         self._next_committee = next_committee
         self._needs_payload = needs_payload
+        self._lazy = lazy
+        self._headers_asked = (0, 0)  # a header batch in flight: (the height after it, the tick it was asked at)
         self._cfg = config if config is not None else ReplicaConfig.from_timeouts(ctx.genesis.protocol.timeouts)
         self._now = 0
         self._deadline = 0
@@ -416,8 +440,9 @@ class Replica:
         self._refusals: deque[Refusal] = deque(maxlen=self._cfg.refusals_kept)
         self._verified: dict[bytes, None] = {}
         self._ahead: tuple[int, str] | None = None  # the highest height a member showed us, and who
-        self._served: dict[tuple[str, int], int] = {}  # (peer, height) -> tick we last sent it the block
-        self._sync_asked: dict[tuple[str, int], int] = {}  # (peer, height) -> tick we last asked it
+        self._shown: tuple[int, str] | None = None  # the highest height a member showed it has decided, and who
+        self._served: dict[tuple[str, int, bool], int] = {}  # (peer, height, headers) -> tick we last served it
+        self._sync_asked: dict[tuple[str, int, bool], int] = {}  # (peer, height, headers) -> tick we last asked it
         self._sync_attempt = 0
         self._buffer: list[_Buffered] = []
         self._inbox: deque[tuple[Message, str | None]] = deque()
@@ -643,6 +668,15 @@ class Replica:
             self._deadline = self._now + cfg.timeout_ticks_start + cfg.timeout_ticks_sync
         self._replay()
         ahead = self._ahead
+        if self._lazy and not self._in_committee:
+            if self._behind():
+                assert self._shown is not None
+                if not any(m.block is not None or (m.signed is not None and m.signed.kind == KIND_HEADER)
+                           for m, _ in self._inbox):
+                    self._request_sync(self._shown[1], fx, headers=True)  # catching up: the next batch of headers
+            elif self._needs_payload is not None and not self._needs_payload(state):
+                self._deadline = _NEVER  # no role here and no later height known: sleep until a message wakes us
+            return
         held = any(not b.owner for b in self._buffer) or any(m.block is not None for m, _ in self._inbox)
         if ahead is not None and ahead[0] > self._h and not held:
             self._request_sync(ahead[1], fx)  # catching up: the next batch at once
@@ -825,8 +859,8 @@ class Replica:
         if s.height > self._h:
             self._verify(s)
             if s.kind in (KIND_VIEW_CHANGE, KIND_NEW_VIEW):  # the sender is stuck past our height
-                self._request_sync(s.signer, fx)
-            self._note_ahead(s.height, s.signer, fx)
+                self._request_sync(s.signer, fx, headers=self._by_headers)
+            self._note_ahead(s.height, s.signer, fx, decided=s.height - 1)
             if s.height > self._h + self._cfg.height_window:
                 raise RemoteProtocolError("future_height", f"{s.kind} for height {s.height}")
             self._hold(s.height, s.view, s.signer, message, sender)
@@ -1189,12 +1223,14 @@ class Replica:
         if b.height < self._h:
             raise RemoteProtocolError("stale_height", f"decided block {b.height} < {self._h}")
         if b.height > self._h:
-            self._note_ahead(b.height, sender, fx)
-            if b.height > self._h + self._cfg.height_window:
+            self._note_ahead(b.height, sender, fx, decided=b.height)
+            if b.height > self._h + self._cfg.height_window and not self._by_headers:
                 raise RemoteProtocolError("future_height", f"decided block {b.height}")
+            # (a lazy observer holds the block that woke it however far ahead: it catches up to it by headers; the
+            # buffer's bounds per sender still hold)
             if not any(x.owner == "" and x.height == b.height for x in self._buffer):
                 self._hold(b.height, 0, "", Message(block=b), sender)
-            self._ask_block(sender, fx)
+            self._ask_block(sender, fx, headers=self._by_headers)
             return
         try:
             state = verify_decided_block(self._ctx, self._state, b)
@@ -1209,12 +1245,18 @@ class Replica:
         checks it: the certificate of the current committee proves the header."""
         h = d.header.height
         if h < self._h:
+            if self._lazy:  # the rest of a batch of headers, overtaken by the block this replica needed whole
+                self._duplicates += 1
+                return
             raise RemoteProtocolError("stale_height", f"decided header {h} < {self._h}")
         if h > self._h:
-            self._note_ahead(h, sender, fx)
-            if h > self._h + self._cfg.height_window:
+            self._note_ahead(h, sender, fx, decided=h)
+            window = self._cfg.header_batch_max if self._by_headers else self._cfg.height_window
+            if h > self._h + window:  # (a lazy observer holds a batch of headers that arrives out of order)
                 raise RemoteProtocolError("future_height", f"decided header {h}")
-            self._ask_block(sender, fx)  # whole blocks: the heights between are not at hand
+            if self._by_headers and not any(x.owner == _HEADER_OWNER and x.height == h for x in self._buffer):
+                self._hold(h, 0, _HEADER_OWNER, Message(signed=d.signed), sender)  # a batch overtaken on the way
+            self._ask_block(sender, fx, headers=self._by_headers)  # the heights between are not at hand
             return
         if self._in_committee or self._next_committee is None:
             self._ask_block(sender, fx)
@@ -1235,12 +1277,13 @@ class Replica:
     def _on_sync_request(self, req: SyncRequest, fx: list[Effect]) -> None:
         if req.signed.height >= self._h:
             raise RemoteProtocolError("sync_unavailable", f"block {req.signed.height} is not decided here")
-        self._serve(req.signed, fx)
+        self._serve(req.signed, fx, headers=req.headers)
 
-    def _serve(self, s: SignedMessage, fx: list[Effect]) -> None:
-        """Have the node send ``s.signer`` our decided blocks from ``s.height`` on (one batch), at most
-        once per sync timeout per (peer, height). The blocks come from the node's block store."""
-        key = (s.signer, s.height)
+    def _serve(self, s: SignedMessage, fx: list[Effect], *, headers: bool = False) -> None:
+        """Have the node send ``s.signer`` our decided blocks (``headers``: their headers and certificates) from
+        ``s.height`` on (one batch), at most once per sync timeout per (peer, height, headers). The blocks come
+        from the node's block store."""
+        key = (s.signer, s.height, headers)
         last = self._served.get(key)
         if s.height >= self._h or s.signer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
             return
@@ -1248,39 +1291,77 @@ class Replica:
         if len(self._served) >= 4 * self._cfg.buffered_messages_max:
             self._served.clear()
         self._served[key] = self._now
-        fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + self._cfg.sync_batch_max)))
+        batch = self._cfg.header_batch_max if headers else self._cfg.sync_batch_max
+        fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers))
 
-    def _note_ahead(self, height: int, peer: str | None, fx: list[Effect]) -> None:
+    def _behind(self) -> bool:
+        """A member showed it has decided this height (a lazy replica then catches up, and does not sleep)."""
+        return self._shown is not None and self._shown[0] >= self._h
+
+    def _note_ahead(self, height: int, peer: str | None, fx: list[Effect], *, decided: int) -> None:
         """A member showed a height beyond ours: remember who, and ask it if we are 2+ heights behind."""
         if peer is None or peer not in self._ctx.members or peer == self._me:
             return
         if self._ahead is None or height > self._ahead[0]:
             self._ahead = (height, peer)
+        if self._shown is None or decided > self._shown[0]:
+            self._shown = (decided, peer)
+        if self._phase is Phase.OBSERVE and self._deadline == _NEVER and self._behind():
+            self._deadline = self._now + self._cfg.timeout_ticks_sync  # a sleeping lazy observer: catching up now
         if height > self._h + 1:
-            self._request_sync(peer, fx)
+            self._request_sync(peer, fx, headers=self._by_headers)
 
-    def _ask_block(self, sender: str | None, fx: list[Effect]) -> None:
-        """Ask the member that sent a decided block or header for the whole block(s) from this height on."""
+    @property
+    def _by_headers(self) -> bool:
+        """A lazy replica outside the committee catches up by headers (it asks for a block only where its host
+        needs the payload)."""
+        return self._lazy and not self._in_committee
+
+    def _ask_block(self, sender: str | None, fx: list[Effect], *, headers: bool = False) -> None:
+        """Ask the member that sent a decided block or header for the whole block(s) (``headers``: their headers)
+        from this height on."""
         if sender is not None and sender in self._ctx.members:
-            self._request_sync(sender, fx)
+            self._request_sync(sender, fx, headers=headers)
 
-    def _request_sync(self, peer: str, fx: list[Effect]) -> None:
-        key = (peer, self._h)
+    def _request_sync(self, peer: str, fx: list[Effect], *, headers: bool = False) -> None:
+        key = (peer, self._h, headers)
         last = self._sync_asked.get(key)
         if peer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
             return
+        if headers:
+            until, at = self._headers_asked
+            if self._h < until and self._now - at < self._cfg.timeout_ticks_sync:
+                return  # a batch that covers this height is on its way
+            self._note_headers_asked()
         if len(self._sync_asked) >= 4 * self._cfg.buffered_messages_max:
             self._sync_asked.clear()
         self._sync_asked[key] = self._now
-        fx.append(Send(to=peer, message=sync_request_message(self._key, self._ctx.chain_id, self._h)))
+        fx.append(Send(to=peer, message=self._sync_message(headers)))
+
+    def _note_headers_asked(self) -> None:
+        """A batch of headers asked now covers the heights up to the one the sender showed (it can serve what it
+        decided), at most ``header_batch_max``: no second request for them while it is on its way."""
+        shown = self._shown[0] if self._shown is not None else self._h
+        self._headers_asked = (min(self._h + self._cfg.header_batch_max, max(shown + 1, self._h + 1)), self._now)
+
+    def _sync_message(self, headers: bool) -> Message:
+        make = header_sync_request_message if headers else sync_request_message
+        return make(self._key, self._ctx.chain_id, self._h)
 
     def _ask_sync(self, fx: list[Effect]) -> None:
-        """Observer timer: ask the committee members in turn for the decided block."""
+        """Observer timer: ask the committee members in turn for the decided block (a lazy replica: for headers,
+        first from the member that showed it a later height)."""
         others = self._others
+        headers = self._by_headers
+        if headers and self._behind():
+            assert self._shown is not None
+            others = (self._shown[1], *others)
         if others:
             peer = others[self._sync_attempt % len(others)]
             self._sync_attempt += 1
-            fx.append(Send(to=peer, message=sync_request_message(self._key, self._ctx.chain_id, self._h)))
+            fx.append(Send(to=peer, message=self._sync_message(headers)))
+            if headers:
+                self._note_headers_asked()
         self._deadline = self._now + self._cfg.timeout_ticks_sync
 
     # --- buffers ------------------------------------------------------------------------------------
@@ -1289,6 +1370,8 @@ class Replica:
         """Keep a message for a later view or height; bounded overall and per sender."""
         cap = self._cfg.buffered_messages_max
         per_owner = max(8, cap // max(1, len(self._ctx.members)))
+        if owner == _HEADER_OWNER:
+            per_owner = max(per_owner, self._cfg.header_batch_max)
         if len(self._buffer) >= cap or sum(1 for b in self._buffer if b.owner == owner) >= per_owner:
             raise RemoteProtocolError("buffer_full", f"no room for a message of height {height} view {view}")
         self._buffer.append(_Buffered(height, view, owner, message, sender))

@@ -119,7 +119,9 @@ def seeded_sampling_hash(sampling_seed: int) -> bytes:
     return hash_tagged(b"concilium-seeded-sampling/v1", struct.pack(">Q", sampling_seed))
 
 
-_PLANS_KEPT = 8
+_PLANS_KEPT = 128
+"""Plans and next committees remembered (by state): a member that slept through heights catches up over them one
+by one (``NodeCore(lazy_outsiders=True)``), and each height's plan ranks every member by a hash."""
 
 
 def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:

@@ -72,6 +72,7 @@ from consensus import (
 
 from ledger import (
     Block,
+    BlockHeader,
     Certificate,
     ChainContext,
     ChainState,
@@ -118,6 +119,10 @@ UNSOLICITED_BLOBS_MAX = 8
 EARLY_UPDATES_MAX = 256
 EARLY_UPDATE_BYTES_MAX = 64 << 20
 DECIDED_KEPT = 16
+HEADERS_KEPT = 4096
+HEADER_MESSAGES_KEPT = 64
+"""Decided headers (with certificates) a node with ``lazy_outsiders`` keeps to serve a ``header_sync_request``
+(beyond them, its block source's blocks, if any)."""
 WANT_RETRY_TICKS = 10
 
 
@@ -347,6 +352,13 @@ class NodeCore:
         them (``ledger.apply_header``: the next committee follows from the header in coordinator mode); it takes
         the whole block whenever it has a role in the next round or holds evidence (:meth:`_needs_payload`), and
         the proposer sends those members the block. Ignored where it does not apply. The ledger is the same.
+    lazy_outsiders:
+        Where ``headers_for_outsiders`` applies: a proposer sends the members outside the next round nothing at
+        all, and a node outside the round sleeps (``consensus.Replica(lazy=True)``): it follows no block until a
+        message shows it a later height (the block its proposer pushes it before a round where it has a role),
+        then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
+        A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
+        through then. Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others.
     """
 
     def __init__(
@@ -372,6 +384,7 @@ class NodeCore:
         rules: RoundRules | None = None,
         models_for_all: bool = True,
         headers_for_outsiders: bool = False,
+        lazy_outsiders: bool = False,
     ) -> None:
         if rules is None:
             rules = RoundRules(genesis, ctx=ctx, public=public)
@@ -437,12 +450,17 @@ class NodeCore:
             self._want[self._state.model_digest] = self._now
         restore = {} if replica_restore is None else {"restore": replica_restore}
         self._headers = (
-            headers_for_outsiders and not self._models_for_all and not self._rules.committee_mode
+            (headers_for_outsiders or lazy_outsiders) and not self._models_for_all and not self._rules.committee_mode
             and self._rules.staleness == 0
         )
+        self._lazy = lazy_outsiders and self._headers
+        self._certified: OrderedDict[int, tuple[BlockHeader, Certificate]] = OrderedDict()
+        """With ``lazy_outsiders``: the decided headers and certificates, to serve a ``header_sync_request``."""
+        self._header_sent: OrderedDict[int, bytes] = OrderedDict()  # the decided_header messages signed last, by height
         follow: dict[str, Any] = {}
         if self._headers:
-            follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload}
+            follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
+                      "lazy": self._lazy}
         self._replica = Replica(
             ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore,
             **follow,
@@ -496,7 +514,8 @@ class NodeCore:
     def idle_ticks(self) -> int:
         """How many of the next ticks certainly do nothing but count (0: the next may act). A member outside the
         round's committee, with no blob wanted and nothing to propose, only waits for the decided block: its
-        replica's sync deadline bounds the wait (``Replica.idle_ticks``). The simulator skips such members'
+        replica's sync deadline bounds the wait (``Replica.idle_ticks``; with ``lazy_outsiders`` a member without
+        a role has no such deadline: it sleeps until a message wakes it). The simulator skips such members'
         ticks (:meth:`skip_ticks`), so that a member outside the round costs nothing between its messages."""
         return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
 
@@ -856,6 +875,11 @@ class NodeCore:
                 case Broadcast(to=to, message=msg):
                     data = self._pbft_bytes(msg)
                     self._out.extend(Transmit(to=p, data=data, kind="pbft") for p in to)
+                case SendBlocks(to=to, start=start, stop=stop, headers=True):
+                    for h in range(start, stop):
+                        data = self._header_bytes(h)
+                        if data is not None:
+                            self._out.append(Transmit(to=to, data=data, kind="pbft"))
                 case SendBlocks(to=to, start=start, stop=stop):
                     for h in range(start, stop):
                         b = self._decided.get(h)
@@ -874,8 +898,8 @@ class NodeCore:
                 case Commit(block=block):
                     self._on_commit(block)
                     committed = True
-                case CommitHeader(certificate=cert, state=state):
-                    self._on_commit_header(cert, state)
+                case CommitHeader(header=header, certificate=cert, state=state):
+                    self._on_commit_header(header, cert, state)
                     committed = True
                 case _:
                     raise AssertionError(f"unknown consensus effect {fx!r}")
@@ -898,8 +922,37 @@ class NodeCore:
             self._evidence.popitem(last=False)
         self._out.append(Misbehavior(evidence=ev))
 
+    def _header_bytes(self, height: int) -> bytes | None:
+        """The ``decided_header`` message of ``height`` signed by this node, or None if it knows no such header. The
+        last :data:`HEADER_MESSAGES_KEPT` signed are kept: the members that catch up from this node ask for the
+        same heights."""
+        sent = self._header_sent.get(height)
+        if sent is not None:
+            return sent
+        known = self._certified.get(height)
+        if known is None:
+            b = self._decided.get(height)
+            if b is None and self._block_source is not None:
+                b = self._block_source(height)
+            if b is None:
+                return None
+            known = (b.header, b.certificate)
+        data = self._pbft_bytes(decided_header_message(self._key, self._ctx.chain_id, header=known[0],
+                                                       certificate=known[1]))
+        self._header_sent[height] = data
+        while len(self._header_sent) > HEADER_MESSAGES_KEPT:
+            self._header_sent.popitem(last=False)
+        return data
+
+    def _certify(self, header: BlockHeader, cert: Certificate) -> None:
+        if self._lazy:
+            self._certified[header.height] = (header, cert)
+            while len(self._certified) > HEADERS_KEPT:
+                self._certified.popitem(last=False)
+
     def _on_commit(self, block: Block) -> None:
         self._decided[block.height] = block
+        self._certify(block.header, block.certificate)
         self._last_cert = block.certificate
         while len(self._decided) > DECIDED_KEPT:
             self._decided.popitem(last=False)
@@ -953,7 +1006,7 @@ class NodeCore:
                 self._round.updates[(p, t)] = held_update
         early, self._early, self._early_bytes = self._early, [], 0
         for sender, packet in early:
-            if packet.commitment.fl_round == h:
+            if packet.commitment.fl_round == h or (self._lazy and packet.commitment.fl_round > h):  # (later: kept)
                 try:
                     self._on_update(sender, packet)
                 except (LedgerError, InvalidUpdateError) as e:
@@ -966,10 +1019,11 @@ class NodeCore:
         (to see which of it the block included)."""
         return bool(self._evidence) or self._me in self._rules.plan(state, self._history).participants
 
-    def _on_commit_header(self, cert: Certificate, state: ChainState) -> None:
+    def _on_commit_header(self, header: BlockHeader, cert: Certificate, state: ChainState) -> None:
         """A block decided and known by its header and certificate only (``consensus.CommitHeader``): this node
         has no role at the next height and holds no evidence (:meth:`_needs_payload`), so it only follows the
         chain. What the payload says (model, algorithm state, the included updates) stays unknown here."""
+        self._certify(header, cert)
         self._last_cert = cert
         self._unprovable.clear()
         self._confirmed.clear()
@@ -978,8 +1032,11 @@ class NodeCore:
         self._model = None
         self._round = _Round(self._rules.plan(state, self._history), self._now)
         early, self._early, self._early_bytes = self._early, [], 0  # (nothing for a member outside the round)
-        if early:
-            self._dropped["early update for a round without a role"] += len(early)
+        for sender, packet in early:
+            if packet.commitment.fl_round > self._round.plan.height:  # still catching up (lazy_outsiders): kept
+                self._on_update(sender, packet)
+            else:
+                self._dropped["early update for a round without a role"] += 1
 
     def _needs_model(self, plan: RoundPlan) -> bool:
         """Does this node need the global model (and strategy state) of ``plan``'s height? With
@@ -1004,11 +1061,13 @@ class NodeCore:
         inside = set(committee)
         needy = None if self._models_for_all or self._rules.staleness > 0 else plan.participants
         header_data = None
-        if self._headers:  # those outside the next round get the header and certificate alone
+        if self._headers and not self._lazy:  # those outside the next round get the header and certificate alone
             header_data = self._pbft_bytes(decided_header_message(self._key, self._ctx.chain_id, block))
         for p in self._genesis.member_ids:
             if p == self._me or p in inside:
                 continue
+            if self._lazy and needy is not None and p not in needy:
+                continue  # outside the next round: sent nothing (it catches up when a role wakes it)
             if header_data is not None and needy is not None and p not in needy:
                 self._out.append(Transmit(to=p, data=header_data, kind="pbft"))
             else:
@@ -1032,10 +1091,11 @@ class NodeCore:
             self._dropped["relayed update"] += 1
             return
         h = r.plan.height
-        if c.fl_round == h + 1:
-            # this node lags (the previous block or its model has not reached it yet): keep the update for the
-            # round it is for instead of losing it; it is checked in full when that round begins. Bounded in
-            # count and bytes, one per sender: an unchecked peer cannot make this buffer grow.
+        if c.fl_round == h + 1 or (self._lazy and h + 1 < c.fl_round <= h + HEADERS_KEPT):
+            # this node lags (the previous block or its model has not reached it yet; with lazy_outsiders, it
+            # may still be catching up over the heights it slept through): keep the update for the round it is for
+            # instead of losing it; it is checked in full when that round begins. Bounded in count and bytes, one
+            # per sender: an unchecked peer cannot make this buffer grow.
             size = len(packet.blob)
             if (
                 len(self._early) < EARLY_UPDATES_MAX

@@ -372,6 +372,7 @@ class Simulation:
                     state=state0,
                     models_for_all=models_for_all,
                     headers_for_outsiders=scenario.network.outsiders == "headers",
+                    lazy_outsiders=scenario.network.outsiders == "lazy",
                 )
                 for pid in self.peers
             }

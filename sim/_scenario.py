@@ -78,7 +78,7 @@ __all__ = [
 
 FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
 MODEL_PUSH = ("all", "participants")
-OUTSIDERS = ("blocks", "headers")
+OUTSIDERS = ("blocks", "headers", "lazy")
 
 # Bounds, so that a scenario that loads also runs: a value past them would allocate terabytes, never end, or
 # overflow inside the simulator or torch (issue 13). Far above every scenario of scenarios/ and the papers.
@@ -290,7 +290,12 @@ class NetworkConfig:
     update; such a member follows the chain by headers and takes the whole block when it has a role:
     ``node.NodeCore(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"`` and the
     coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
-    needs the included updates). It does not change the ledger."""
+    needs the included updates). It does not change the ledger. ``"lazy"``: nothing at all; a member outside
+    the round sleeps and follows no block until the block before a round in which it has a role reaches it, then
+    catches up by headers from its sender (``node.NodeCore(lazy_outsiders=True)``), with the same requirements as
+    ``"headers"``. A member outside the round then costs nothing in it. The catch-up takes a few messages more
+    before such a member can train, which can move the network's random draws (another ledger than ``"headers"``
+    for the same seed: still one every run with that seed gives)."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.latency_spread <= SPREAD_MAX and 0 <= self.bandwidth_spread <= SPREAD_MAX,
@@ -298,8 +303,8 @@ class NetworkConfig:
         _check(self.model_push in MODEL_PUSH, f"model_push must be one of {', '.join(MODEL_PUSH)}")
         _check(self.outsiders in OUTSIDERS, f"outsiders must be one of {', '.join(OUTSIDERS)}")
         _check(self.outsiders == "blocks" or self.model_push == "participants",
-               'outsiders = "headers" needs model_push = "participants" (a member that receives every model '
-               "needs every block's model digest)")
+               f'outsiders = "{self.outsiders}" needs model_push = "participants" (a member that receives every '
+               "model needs every block's model digest)")
         for name in ("drop", "duplicate", "reorder"):
             v = getattr(self, name)
             _check(0.0 <= v < 1.0, f"{name} must be in [0, 1)")
@@ -421,8 +426,8 @@ class Scenario:
         _check(self.protocol.committee_size <= self.members, "committee_size exceeds members")
         _check(self.data.local_datasets <= self.members, "data.local_datasets exceeds members")
         _check(self.network.outsiders == "blocks" or self.protocol.mode == "coordinator",
-               'network.outsiders = "headers" needs protocol.mode = "coordinator" (in committee mode the next '
-               "committee follows from the scores in the payload, not from the header)")
+               f'network.outsiders = "{self.network.outsiders}" needs protocol.mode = "coordinator" (in committee '
+               "mode the next committee follows from the scores in the payload, not from the header)")
         _check(
             self.adversary.byzantine <= self.members - self.protocol.committee_size,
             "more Byzantine clients than members outside the genesis committee",

@@ -13,17 +13,20 @@ import pytest
 
 from consensus import (
     KIND_HEADER,
+    KIND_HEADER_SYNC,
     CommitHeader,
     Message,
     Phase,
     RemoteProtocolError,
     Replica,
     Send,
+    SendBlocks,
     decided_header_message,
     decided_message,
+    header_sync_request_message,
     parse,
 )
-from consensus._messages import DecidedHeader, sign_signed
+from consensus._messages import DecidedHeader, SyncRequest, sign_signed, sync_request_message
 from consensus.testing import Cluster
 from ledger import ChainError, apply_block, apply_header, genesis_state, make_certificate
 
@@ -163,3 +166,146 @@ def test_a_forged_header_is_dropped(cluster: Cluster) -> None:
     assert r.status().height == 2
     r.step(decided_header_message(c.keys[sender], c.ctx.chain_id, b1), sender=sender)  # again: stale
     assert r.status().height == 2 and r.status().dropped["stale_height"] == 1
+
+
+# --- lazy replicas: sleep outside the round, catch up by headers when a later height shows up ----------------------
+
+
+def _lazy(c: Cluster, me: str, *, state=None, needs=lambda st: False) -> Replica:
+    return Replica(
+        ctx=c.ctx, key=c.keys[me], state=state if state is not None else genesis_state(c.ctx), validate=lambda p: None,
+        config=c.config, next_committee=c.expected_committee, needs_payload=needs, lazy=True,
+    )
+
+
+def _state_after(c: Cluster, n: int):
+    state = genesis_state(c.ctx)
+    for b in _chain(c)[:n]:
+        state = apply_block(c.ctx, state, b)
+    return state
+
+
+def test_header_sync_request_parses_strictly(cluster: Cluster) -> None:
+    c = cluster
+    key = c.keys[c.peers[0]]
+    d = parse(Message.decode(header_sync_request_message(key, c.ctx.chain_id, 3).encode()))  # type: ignore[attr-defined]
+    assert isinstance(d, SyncRequest) and d.headers and d.signed.height == 3 and d.signed.kind == KIND_HEADER_SYNC
+    plain = parse(sync_request_message(key, c.ctx.chain_id, 3))
+    assert isinstance(plain, SyncRequest) and not plain.headers
+    for what, m in {
+        "a body": Message(signed=sign_signed(key, c.ctx.chain_id, KIND_HEADER_SYNC, 3, 0, {"from": 1})),
+        "a view": Message(signed=sign_signed(key, c.ctx.chain_id, KIND_HEADER_SYNC, 3, 1, {})),
+        "a payload": Message(signed=sign_signed(key, c.ctx.chain_id, KIND_HEADER_SYNC, 3, 0, {}), payload=_chain(c)[0].payload),
+    }.items():
+        with pytest.raises(RemoteProtocolError) as e:
+            parse(m)
+        assert e.value.reason == "malformed", what
+    with pytest.raises(ValueError, match="lazy"):
+        Replica(ctx=c.ctx, key=key, state=genesis_state(c.ctx), validate=lambda p: None, config=c.config, lazy=True)
+
+
+def test_a_lazy_observer_sleeps_until_a_later_block_wakes_it_then_catches_up_by_headers(cluster: Cluster) -> None:
+    c = cluster
+    chain = _chain(c)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))  # outside heights 1-4
+    r = _lazy(c, me)
+    plain = _observer(c, me)
+    assert r.idle_ticks() > 10**12 and plain.idle_ticks() < c.config.timeout_ticks_sync * 2  # no sync timer
+    r.skip_ticks(10**6)  # a million ticks: nothing to do, nothing asked
+    assert r.tick() == [] and r.status().height == 1
+
+    server_id = chain[3].header.proposer  # pushes block 4 to a member with a role at height 5
+    fx = r.step(decided_message(chain[3]), sender=server_id)
+    (ask,) = [e for e in fx if isinstance(e, Send)]
+    assert ask.to == server_id and ask.message.signed.kind == KIND_HEADER_SYNC and ask.message.signed.height == 1
+    assert r.status().height == 1 and r.status().buffered == 1  # block 4 is held
+    assert r.idle_ticks() < c.config.timeout_ticks_sync  # catching up: its sync timer runs again
+
+    # the sender serves the headers it decided, from its own record (SendBlocks(headers=True))
+    server = _lazy(c, server_id, state=_state_after(c, 4))
+    (serve,) = server.step(ask.message, sender=me)
+    assert serve == SendBlocks(to=me, start=1, stop=min(5, 1 + c.config.header_batch_max), headers=True)
+    assert server.step(ask.message, sender=me) == []  # served once per sync timeout
+
+    # block 4 shown again while the batch is on its way: no second request
+    assert not [e for e in r.step(decided_message(chain[3]), sender=server_id) if isinstance(e, Send)]
+    commits = []
+    for b in chain[:3]:
+        fx = r.step(decided_header_message(c.keys[server_id], c.ctx.chain_id, b), sender=server_id)
+        commits += [e for e in fx if isinstance(e, CommitHeader)]
+        assert not [e for e in fx if isinstance(e, Send)], fx  # no request per header: the batch covers them
+        fx = r.resume()  # the host applied the header: the held block 4 is taken after the third
+        commits += [e for e in fx if isinstance(e, CommitHeader)]
+    assert [e.header.height for e in commits] == [1, 2, 3]
+    assert r.status().height == 5 and r.chain_state == _state_after(c, 4)  # block 4 whole: its payload's fields
+    # the rest of the batch after the block it needed whole: ignored, not a peer fault
+    r.step(decided_header_message(c.keys[server_id], c.ctx.chain_id, chain[3]), sender=server_id)
+    assert "stale_height" not in r.status().dropped
+
+
+def test_a_lazy_observer_with_a_role_keeps_its_sync_timer(cluster: Cluster) -> None:
+    c = cluster
+    me = _outsider(c, 1)
+    r = _lazy(c, me, needs=lambda st: True)  # a trainer of height 1: it waits for the block as before
+    assert 0 < r.idle_ticks() < c.config.timeout_ticks_start + c.config.timeout_ticks_sync
+    r.skip_ticks(r.idle_ticks())
+    fx = r.tick()
+    (ask,) = [e for e in fx if isinstance(e, Send)]
+    assert ask.message.signed.kind == KIND_HEADER_SYNC and ask.to in _committees(c)[0]
+
+
+def test_a_lazy_observer_holds_a_header_that_overtook_its_batch(cluster: Cluster) -> None:
+    c = cluster
+    chain = _chain(c)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))
+    r = _lazy(c, me)
+    sender = chain[3].header.proposer
+    msgs = [decided_header_message(c.keys[sender], c.ctx.chain_id, b) for b in chain[:3]]
+    r.step(msgs[1], sender=sender)  # header 2 first: held, headers asked from height 1
+    r.step(msgs[2], sender=sender)
+    assert r.status().height == 1 and r.status().buffered == 2
+    r.step(msgs[0], sender=sender)
+    for _ in range(3):
+        r.resume()
+    assert r.status().height == 4 and r.chain_state.head_hash == chain[2].header.hash()
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster: Cluster, held: bool) -> None:
+    """Woken by a block beyond its height window, a lazy observer holds it (it is the block its host needs) and
+    catches up to it by headers, batch after batch. A member that could not hold it (its buffer full, the block
+    lost) catches up to the height its sender showed and then asks for that block whole."""
+    c = cluster
+    chain = _chain(c)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))
+    cfg = dataclasses.replace(c.config, height_window=2, sync_batch_max=1, header_batch_max=1)
+    r = Replica(ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), validate=lambda p: None, config=cfg,
+                next_committee=c.expected_committee, needs_payload=lambda st: st.height == 4, lazy=True)
+    server_id = chain[3].header.proposer
+    server = Replica(ctx=c.ctx, key=c.keys[server_id], state=_state_after(c, 4), validate=lambda p: None, config=cfg,
+                     next_committee=c.expected_committee, needs_payload=lambda st: False, lazy=True)
+    by_height = {b.height: b for b in chain}
+    fx = r.step(decided_message(chain[3]), sender=server_id)
+    assert r.status().buffered == 1
+    if not held:
+        r._buffer.clear()  # as if the buffer had no room for it
+    asked = []
+    for _ in range(10):  # the server answers each request as a node would (SendBlocks from its record)
+        sends = [e for e in fx if isinstance(e, Send)]
+        if not sends:
+            break
+        fx = []
+        for ask in sends:
+            assert ask.to == server_id
+            asked.append((ask.message.signed.kind, ask.message.signed.height))
+            for serve in server.step(ask.message, sender=me):
+                assert isinstance(serve, SendBlocks) and serve.to == me
+                for h in range(serve.start, serve.stop):
+                    b = by_height[h]
+                    m = decided_header_message(c.keys[server_id], c.ctx.chain_id, b) if serve.headers else decided_message(b)
+                    fx += r.step(m, sender=server_id) + r.resume()
+    if held:
+        assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3)]
+    else:
+        assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3, 4)] + [("sync_request", 4)]
+    assert r.status().height == 5 and r.chain_state == _state_after(c, 4)
