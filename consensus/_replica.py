@@ -124,10 +124,10 @@ from consensus._messages import (
     ViewChange,
     Vote,
     decided_message,
+    header_sync_request_message,
     new_view_message,
     parse,
     pre_prepare_message,
-    header_sync_request_message,
     sync_request_message,
     view_change_message,
     vote_message,
@@ -1356,6 +1356,12 @@ class Replica:
         if headers and self._behind():
             assert self._shown is not None
             others = (self._shown[1], *others)
+            if self._sync_attempt >= len(others) and self._needs_payload is not None and not self._needs_payload(self._state):
+                # every member asked in turn, no header came: the later height shown was not real (an unverified
+                # block), or nobody serves it. Without a role here, sleep again until a message shows one.
+                self._shown = None
+                self._deadline = _NEVER
+                return
         if others:
             peer = others[self._sync_attempt % len(others)]
             self._sync_attempt += 1

@@ -466,6 +466,8 @@ class NodeCore:
             **follow,
         )
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
+        if self._lazy and not self._needs_model(self._round.plan):
+            self._model = None  # asleep from the start: the block that wakes it brings the model (see _on_commit)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -983,6 +985,8 @@ class NodeCore:
                     model = None
         self._model = model
         plan = self._rules.plan(self._state, self._history)
+        if self._lazy and not self._needs_model(plan):
+            self._model = None  # it sleeps until a role wakes it: the block that wakes it brings the model it needs
         if block.header.proposer == self._me:
             self._push_decided(block, old_round.plan.committee, plan)
         self._out.append(Decided(block=block, model=model, blobs=_HeldBlobs(self._blobs, block.payload)))

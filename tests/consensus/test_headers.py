@@ -309,3 +309,27 @@ def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster
     else:
         assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3, 4)] + [("sync_request", 4)]
     assert r.status().height == 5 and r.chain_state == _state_after(c, 4)
+
+
+def test_a_lazy_observer_shown_a_height_nobody_serves_goes_back_to_sleep(cluster: Cluster) -> None:
+    """A later block that nobody serves headers for (forged, or its sender gone) costs a lazy observer without a
+    role one request to each member in turn, then it sleeps again."""
+    c = cluster
+    chain = _chain(c)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))
+    r = _lazy(c, me)
+    sender = chain[3].header.proposer
+    fx = r.step(decided_message(chain[3]), sender=sender)
+    asked = [e.to for e in fx if isinstance(e, Send)]
+    for _ in range(50):
+        idle = r.idle_ticks()
+        if idle > 10**12:
+            break
+        r.skip_ticks(idle)
+        asked += [e.to for e in r.tick() if isinstance(e, Send)]
+    assert r.idle_ticks() > 10**12 and r.status().height == 1  # asleep again, nothing taken
+    committee = set(_committees(c)[0])
+    assert asked[0] == sender and set(asked[1:]) <= committee | {sender}
+    assert len(asked) <= len(committee) + 2, asked
+    fx = r.step(decided_message(chain[3]), sender=sender)  # shown again later: it asks again
+    assert [e.to for e in fx if isinstance(e, Send)] == [sender]
