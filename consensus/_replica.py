@@ -198,6 +198,9 @@ class ReplicaConfig:
     header_batch_max: int = 64
     """Decided headers sent per ``header_sync_request`` (small: about 1.3 kB each); a lazy replica holds those of
     a batch that arrive out of order."""
+    header_retry_ticks: int = 2
+    """A lazy replica catching up asks again (the next member in turn) when this many ticks bring it no new height;
+    a member serves one requester's header batch from one height at most this often."""
     refusals_kept: int = 32
     verify_cache_max: int = 8192
 
@@ -215,7 +218,8 @@ class ReplicaConfig:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.backoff_exponent_max <= 30:
             raise ValueError("backoff_exponent_max must be in [0, 30]")
-        for name in ("buffered_messages_max", "sync_batch_max", "header_batch_max", "refusals_kept", "verify_cache_max"):
+        for name in ("buffered_messages_max", "sync_batch_max", "header_batch_max", "header_retry_ticks", "refusals_kept",
+                     "verify_cache_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.sync_batch_max > self.height_window:
@@ -671,6 +675,7 @@ class Replica:
         if self._lazy and not self._in_committee:
             if self._behind():
                 assert self._shown is not None
+                self._deadline = self._now + self._cfg.header_retry_ticks  # catching up: retry soon if nothing comes
                 if not any(m.block is not None or (m.signed is not None and m.signed.kind == KIND_HEADER)
                            for m, _ in self._inbox):
                     self._request_sync(self._shown[1], fx, headers=True)  # catching up: the next batch of headers
@@ -1285,7 +1290,8 @@ class Replica:
         from the node's block store."""
         key = (s.signer, s.height, headers)
         last = self._served.get(key)
-        if s.height >= self._h or s.signer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
+        every = self._cfg.header_retry_ticks if headers else self._cfg.timeout_ticks_sync
+        if s.height >= self._h or s.signer == self._me or (last is not None and self._now - last < every):
             return
         self._verify(s)
         if len(self._served) >= 4 * self._cfg.buffered_messages_max:
@@ -1307,7 +1313,7 @@ class Replica:
         if self._shown is None or decided > self._shown[0]:
             self._shown = (decided, peer)
         if self._phase is Phase.OBSERVE and self._deadline == _NEVER and self._behind():
-            self._deadline = self._now + self._cfg.timeout_ticks_sync  # a sleeping lazy observer: catching up now
+            self._deadline = self._now + self._cfg.header_retry_ticks  # a sleeping lazy observer: catching up now
         if height > self._h + 1:
             self._request_sync(peer, fx, headers=self._by_headers)
 
@@ -1326,11 +1332,12 @@ class Replica:
     def _request_sync(self, peer: str, fx: list[Effect], *, headers: bool = False) -> None:
         key = (peer, self._h, headers)
         last = self._sync_asked.get(key)
-        if peer == self._me or (last is not None and self._now - last < self._cfg.timeout_ticks_sync):
+        every = self._cfg.header_retry_ticks if headers else self._cfg.timeout_ticks_sync
+        if peer == self._me or (last is not None and self._now - last < every):
             return
         if headers:
             until, at = self._headers_asked
-            if self._h < until and self._now - at < self._cfg.timeout_ticks_sync:
+            if self._h < until and self._now - at < every:
                 return  # a batch that covers this height is on its way
             self._note_headers_asked()
         if len(self._sync_asked) >= 4 * self._cfg.buffered_messages_max:
@@ -1368,7 +1375,8 @@ class Replica:
             fx.append(Send(to=peer, message=self._sync_message(headers)))
             if headers:
                 self._note_headers_asked()
-        self._deadline = self._now + self._cfg.timeout_ticks_sync
+        catching_up = headers and self._behind()
+        self._deadline = self._now + (self._cfg.header_retry_ticks if catching_up else self._cfg.timeout_ticks_sync)
 
     # --- buffers ------------------------------------------------------------------------------------
 
