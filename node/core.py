@@ -359,6 +359,10 @@ class NodeCore:
         then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
         A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
         through then. Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others.
+        A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
+        (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
+        missing heights' headers, checked by the header half of the chain rules (``ledger.apply_header``), and
+        only the block it needs; the ledger is unchanged. The network runtime does not use it.
     """
 
     def __init__(
