@@ -120,9 +120,10 @@ EARLY_UPDATES_MAX = 256
 EARLY_UPDATE_BYTES_MAX = 64 << 20
 DECIDED_KEPT = 16
 HEADERS_KEPT = 4096
-HEADER_MESSAGES_KEPT = 64
 """Decided headers (with certificates) a node with ``lazy_outsiders`` keeps to serve a ``header_sync_request``
 (beyond them, its block source's blocks, if any)."""
+HEADER_MESSAGES_KEPT = 64
+"""The ``decided_header`` messages a node keeps signed, by height, for the members that catch up from it."""
 WANT_RETRY_TICKS = 10
 
 
@@ -888,9 +889,7 @@ class NodeCore:
                             self._out.append(Transmit(to=to, data=data, kind="pbft"))
                 case SendBlocks(to=to, start=start, stop=stop):
                     for h in range(start, stop):
-                        b = self._decided.get(h)
-                        if b is None and self._block_source is not None:
-                            b = self._block_source(h)
+                        b = self._decided_block(h)
                         if b is not None:
                             self._out.append(Transmit(to=to, data=self._pbft_bytes(decided_message(b)), kind="pbft"))
                 case RequestProposal(height=h, view=v):
@@ -937,9 +936,7 @@ class NodeCore:
             return sent
         known = self._certified.get(height)
         if known is None:
-            b = self._decided.get(height)
-            if b is None and self._block_source is not None:
-                b = self._block_source(height)
+            b = self._decided_block(height)
             if b is None:
                 return None
             known = (b.header, b.certificate)
@@ -949,6 +946,13 @@ class NodeCore:
         while len(self._header_sent) > HEADER_MESSAGES_KEPT:
             self._header_sent.popitem(last=False)
         return data
+
+    def _decided_block(self, height: int) -> Block | None:
+        """A decided block this node holds: one of the last :data:`DECIDED_KEPT`, else from its block source."""
+        b = self._decided.get(height)
+        if b is None and self._block_source is not None:
+            b = self._block_source(height)
+        return b
 
     def _certify(self, header: BlockHeader, cert: Certificate) -> None:
         if self._lazy:
@@ -1071,11 +1075,12 @@ class NodeCore:
         header_data = None
         if self._headers and not self._lazy:  # those outside the next round get the header and certificate alone
             header_data = self._pbft_bytes(decided_header_message(self._key, self._ctx.chain_id, block))
-        for p in self._genesis.member_ids:
+        # with lazy_outsiders the members outside the next round are sent nothing (a role wakes them): only the
+        # next round's members are visited, in member order (the genesis lists members sorted by id)
+        targets = sorted(needy) if self._lazy and needy is not None else self._genesis.member_ids
+        for p in targets:
             if p == self._me or p in inside:
                 continue
-            if self._lazy and needy is not None and p not in needy:
-                continue  # outside the next round: sent nothing (it catches up when a role wakes it)
             if header_data is not None and needy is not None and p not in needy:
                 self._out.append(Transmit(to=p, data=header_data, kind="pbft"))
             else:
