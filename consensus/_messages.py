@@ -400,10 +400,12 @@ def parse(message: Message) -> Parsed:
     raise _malformed(f"unknown message kind {kind!r:.40}")
 
 
-_HEADERS_KEPT = 64
+_HEADERS_KEPT = 1024
 _headers: dict[int, tuple[SignedMessage, DecidedHeader]] = {}
-"""The last few parsed ``decided_header`` messages, by the identity of their (immutable, decoded) signed part:
-thousands of members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``)."""
+"""The last parsed ``decided_header`` messages, by the identity of their (immutable, decoded) signed part:
+thousands of members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``), and the
+members that catch up from one sender are sent the same signed headers, over as many heights as they slept
+(``Replica(lazy=True)``: about members / clients heights each). A few MB at most."""
 
 
 def _decided_header(signed: SignedMessage) -> DecidedHeader:

@@ -28,7 +28,14 @@ from types import MappingProxyType
 
 import numpy as np
 
-from consensus import CmflParams, check_cmfl_payload, check_evidence_claim, sample_committee, sample_training_clients
+from consensus import (
+    SAMPLING_RULES,
+    CmflParams,
+    check_cmfl_payload,
+    check_evidence_claim,
+    sample_committee,
+    sample_training_clients,
+)
 from ledger import (
     COMMITTEE_MODE,
     BlobSource,
@@ -62,6 +69,7 @@ from learning import (
 )
 
 __all__ = [
+    "SAMPLING_RULE_KEY",
     "SAMPLING_SEED_KEY",
     "RoundHistory",
     "RoundPlan",
@@ -69,6 +77,7 @@ __all__ = [
     "evidence_key",
     "proposal_evidence_key",
     "round_rng",
+    "sampling_rule_of",
     "sampling_seed_of",
     "seeded_sampling_hash",
 ]
@@ -109,6 +118,30 @@ def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") ->
     if mode == COMMITTEE_MODE:
         raise ConfigError(
             f"protocol.params.{SAMPLING_SEED_KEY} applies to coordinator mode only; committee mode samples by the chain"
+        )
+    return v
+
+
+SAMPLING_RULE_KEY = "sampling_rule"
+"""Reserved ``protocol.params`` key of :func:`sampling_rule_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
+if SAMPLING_RULE_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
+    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {SAMPLING_RULE_KEY!r}")
+
+
+def sampling_rule_of(params: Mapping[str, Any]) -> str:
+    """How a chain samples its training clients and (coordinator mode) its next committee: the genesis'
+    ``protocol.params.sampling_rule``, one of ``consensus.SAMPLING_RULES``; ``"rank"`` when the key is absent.
+
+    ``"rank"`` hashes every member each time it samples (``O(members)`` per height, twice in coordinator mode);
+    ``"draw"`` hashes only about as many times as it picks (``O(clients)``), so a member that takes no part in a
+    round costs nothing in it. Both are uniform and verifiable from the previous block; they pick different
+    members from the same block, so the rule is part of the genesis. ``"rank"`` stays the default because every
+    calibrated reproduction in this project was run with it. Anything else raises :class:`ConfigError`.
+    """
+    v = params.get(SAMPLING_RULE_KEY, "rank")
+    if type(v) is not str or v not in SAMPLING_RULES:
+        raise ConfigError(
+            f"protocol.params.{SAMPLING_RULE_KEY} must be one of {', '.join(map(repr, SAMPLING_RULES))}, got {v!r}"
         )
     return v
 
@@ -206,6 +239,8 @@ class RoundRules:
         seed = sampling_seed_of(genesis.protocol.params, mode=genesis.protocol.mode)
         self.sampling_hash: bytes | None = None if seed is None else seeded_sampling_hash(seed)
         """Coordinator mode with ``sampling_seed``: what ranks the trainers instead of the previous block hash."""
+        self.sampling_rule = sampling_rule_of(genesis.protocol.params)
+        """``consensus.SAMPLING_RULES``: how :meth:`plan` and :meth:`next_committee_coordinator` pick members."""
         self.strategy: Strategy = FedAvg() if self.committee_mode else strategy_from_params(
             genesis.protocol.algorithm, genesis.protocol.params
         )
@@ -242,7 +277,9 @@ class RoundRules:
         committee = tuple(sorted(state.committee))
         if self.committee_mode:
             assert self.cmfl is not None
-            trainers = sample_training_clients(self.members, committee, state.head_hash, h, self.cmfl.training_size)
+            trainers = sample_training_clients(
+                self.members, committee, state.head_hash, h, self.cmfl.training_size, rule=self.sampling_rule
+            )
             return RoundPlan(h, committee, trainers, committee)
         pool = self.members
         if self.staleness > 0 and history is not None:
@@ -250,7 +287,7 @@ class RoundRules:
             pool = tuple(m for m in self.members if m not in busy) or self.members
         k = self.strategy.clients_per_round(len(pool))
         seed = state.head_hash if self.sampling_hash is None else self.sampling_hash
-        trainers = sample_training_clients(pool, (), seed, h, k)
+        trainers = sample_training_clients(pool, (), seed, h, k, rule=self.sampling_rule)
         return RoundPlan(h, committee, trainers, ())
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:
@@ -260,7 +297,7 @@ class RoundRules:
         if got is None:
             seed = state.head_hash + struct.pack(">Q", state.height + 1)
             got = self._next_committees[state.head_hash] = sample_committee(
-                self.members, seed, self.genesis.protocol.committee_size
+                self.members, seed, self.genesis.protocol.committee_size, rule=self.sampling_rule
             )
             while len(self._next_committees) > _PLANS_KEPT:
                 self._next_committees.popitem(last=False)

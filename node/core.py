@@ -91,7 +91,15 @@ from ledger import (
 )
 from ledger.store import MemoryBlobStore
 from learning import ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
-from node._rounds import RoundHistory, RoundPlan, RoundRules, evidence_key, proposal_evidence_key, sampling_seed_of
+from node._rounds import (
+    RoundHistory,
+    RoundPlan,
+    RoundRules,
+    evidence_key,
+    proposal_evidence_key,
+    sampling_rule_of,
+    sampling_seed_of,
+)
 from node._wire import BLOBS_PER_MESSAGE_MAX, Envelope, EnvelopeDecoder, UpdatePacket
 
 __all__ = [
@@ -108,6 +116,7 @@ __all__ = [
     "TrainResult",
     "Transmit",
     "Withheld",
+    "sampling_rule_of",
     "sampling_seed_of",
 ]
 
@@ -122,8 +131,10 @@ DECIDED_KEPT = 16
 HEADERS_KEPT = 4096
 """Decided headers (with certificates) a node with ``lazy_outsiders`` keeps to serve a ``header_sync_request``
 (beyond them, its block source's blocks, if any)."""
-HEADER_MESSAGES_KEPT = 64
-"""The ``decided_header`` messages a node keeps signed, by height, for the members that catch up from it."""
+HEADER_MESSAGES_KEPT = 256
+"""The ``decided_header`` messages a node keeps signed, by height, for the members that catch up from it: they ask
+for the heights they slept through (about members / clients of them), so each is signed once, not once per asker.
+Least recently sent first out."""
 WANT_RETRY_TICKS = 10
 
 
@@ -933,6 +944,7 @@ class NodeCore:
         same heights."""
         sent = self._header_sent.get(height)
         if sent is not None:
+            self._header_sent.move_to_end(height)
             return sent
         known = self._certified.get(height)
         if known is None:

@@ -141,6 +141,10 @@ class ProtocolSection:
             from node.core import sampling_seed_of  # noqa: PLC0415
 
             sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
+        if "sampling_rule" in self.params:
+            from node.core import sampling_rule_of  # noqa: PLC0415
+
+            sampling_rule_of(self.params)
 
     def timeouts(self) -> Timeouts:
         """The genesis ``protocol.timeouts`` of this section (``ledger.Timeouts`` validates them)."""

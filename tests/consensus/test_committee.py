@@ -28,6 +28,7 @@ from consensus import (
     parse_score_row,
     rank_clients,
     round_half_up,
+    SAMPLING_RULES,
     sample_committee,
     sample_training_clients,
     select_clients,
@@ -165,6 +166,51 @@ def test_training_sampling_is_derived_and_excludes_the_committee():
     assert a != sample_training_clients(members, committee, b"\1" * 32, 6, 18)
     with pytest.raises(CommitteeConfigError):
         sample_training_clients(members[:20], committee, b"\1" * 32, 5, 9)
+
+
+def test_draw_rule_is_derived_excludes_and_differs_from_rank():
+    members = [f"p{i:04d}" for i in range(2000)]
+    committee = members[:7]
+    a = sample_training_clients(members, committee, b"\1" * 32, 5, 100, rule="draw")
+    assert a == sample_training_clients(list(reversed(members)) + members[:50], committee, b"\1" * 32, 5, 100, rule="draw")
+    assert len(a) == 100 and len(set(a)) == 100 and not set(a) & set(committee) and list(a) == sorted(a)
+    assert a != sample_training_clients(members, committee, b"\2" * 32, 5, 100, rule="draw")
+    assert a != sample_training_clients(members, committee, b"\1" * 32, 6, 100, rule="draw")
+    assert a != sample_training_clients(members, committee, b"\1" * 32, 5, 100), "another rule, another sample"
+    c = sample_committee(members, b"\3" * 40, 7, exclude=members[::2], rule="draw")
+    assert len(c) == 7 and not set(c) & set(members[::2]) and list(c) == sorted(c)
+    # every eligible member, and no more: the shuffle ends after N steps whatever is excluded
+    everyone = sample_training_clients(members[:30], members[:3], b"\4" * 32, 1, 27, rule="draw")
+    assert everyone == tuple(members[3:30])
+    with pytest.raises(CommitteeConfigError, match="from 27 non-committee"):
+        sample_training_clients(members[:30], members[:3], b"\4" * 32, 1, 28, rule="draw")
+    with pytest.raises(CommitteeConfigError, match="of 3 from 2 members"):
+        sample_committee(members[:4], b"\4" * 32, 3, exclude=members[1:3] + ["not-a-member"], rule="draw")
+    with pytest.raises(CommitteeConfigError, match="unknown sampling rule"):
+        sample_committee(members, b"\4" * 32, 3, rule="Draw")
+    assert SAMPLING_RULES == ("rank", "draw")
+
+
+def test_draw_rule_is_uniform():
+    """Each of 9 eligible members is drawn 3 times in 9 over 6,000 seeds: a chi-square test at 9 - 1 degrees of
+    freedom (its 99.9 % quantile is 26.1), and no pair of members is favoured over another (36 pairs)."""
+    members = list("abcdefghij")
+    counts = dict.fromkeys(members[1:], 0)
+    pairs: dict[tuple[str, str], int] = {}
+    seeds = 6000
+    for i in range(seeds):
+        got = sample_training_clients(members, ["a"], i.to_bytes(8, "big") * 4, 1, 3, rule="draw")
+        for m in got:
+            counts[m] += 1
+        for x in range(3):
+            for y in range(x + 1, 3):
+                pairs[got[x], got[y]] = pairs.get((got[x], got[y]), 0) + 1
+    expected = seeds * 3 / 9
+    chi2 = sum((n - expected) ** 2 / expected for n in counts.values())
+    assert chi2 < 26.1, counts
+    pair_expected = seeds * 3 / 36  # each draw holds 3 of the 36 pairs
+    pair_chi2 = sum((n - pair_expected) ** 2 / pair_expected for n in pairs.values())
+    assert len(pairs) == 36 and pair_chi2 < 66.6, pairs  # 35 degrees of freedom, 99.9 % quantile
 
 
 def test_coordinator_is_the_primary_and_rotates_with_the_view():

@@ -1,20 +1,21 @@
 """Experiment-seeded client sampling (``protocol.params.sampling_seed``, ``node._rounds.sampling_seed_of``):
 two chains with the same members and seed ask the same clients in every round whatever their algorithms, the
 ledgers still verify with re-execution, the default (chain-seeded) sampling is unchanged without the key, and
-bad values fail when the scenario or the genesis loads."""
+bad values fail when the scenario or the genesis loads. Also the sampling rule (``protocol.params.sampling_rule``,
+``node._rounds.sampling_rule_of``)."""
 
 import dataclasses
 from pathlib import Path
 
 import pytest
 
-from consensus import sample_training_clients
+from consensus import CmflParams, sample_committee, sample_training_clients
 from learning._errors import ConfigError
 from learning.strategies import HOST_PARAM_KEYS, strategy_from_params
-from ledger import ChainContext
+from ledger import ChainContext, genesis_committee
 from ledger.store import open_ledger
 from node._errors import ConfigFileError
-from node._rounds import RoundRules, sampling_seed_of, seeded_sampling_hash
+from node._rounds import RoundRules, sampling_rule_of, sampling_seed_of, seeded_sampling_hash
 from sim import Simulation, load_scenario, verify_ledger
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -131,3 +132,52 @@ def test_strategies_never_see_the_host_keys():
     )
     with pytest.raises(ConfigError, match="clients must be int"):  # other keys still reach the strategy's check
         strategy_from_params("fedavg", {"clients": "3", "sampling_seed": 5})
+
+
+# --- protocol.params.sampling_rule ------------------------------------------------------------------------
+
+
+def test_draw_rule_samples_what_it_says_and_the_ledgers_verify(tmp_path):
+    """``sampling_rule = "draw"`` in both modes: the clients of each block are the draw rule's from the previous
+    block hash, the committees too (coordinator mode), and every ledger re-executes (the auditor reads the rule
+    from the genesis)."""
+    sim, _, blocks = _run(tmp_path, "coord", "fedavg", {"clients": 5, "sampling_rule": "draw"}, rounds=4, members=20)
+    members, prev, c = sim.genesis.member_ids, sim.genesis.hash(), sim.genesis.protocol.committee_size
+    store, _ = open_ledger(tmp_path / "coord", readonly=True)
+    with store:
+        for h, (clients, _, head) in enumerate(blocks, start=1):
+            assert clients == sample_training_clients(members, (), prev, h, 5, rule="draw")
+            seed = prev + h.to_bytes(8, "big")
+            assert store.get(h).payload.next_committee == sample_committee(members, seed, c, rule="draw")
+            prev = head
+    ok, line = verify_ledger(tmp_path / "coord")
+    assert ok and "re-executed" in line, line
+
+    sc = load_scenario(SCENARIOS / "quickstart.toml", rounds=3)
+    sc = dataclasses.replace(sc, protocol=dataclasses.replace(sc.protocol, params={**sc.protocol.params, "sampling_rule": "draw"}))
+    Simulation(sc, ledger_dir=tmp_path / "cmfl").run()
+    ok, line = verify_ledger(tmp_path / "cmfl")
+    assert ok and "re-executed" in line, line
+    store, _ = open_ledger(tmp_path / "cmfl", readonly=True)
+    with store:
+        g = store.genesis()
+        committee, n = genesis_committee(g), CmflParams.from_genesis(g).training_size
+        trainers = sample_training_clients(g.member_ids, committee, g.hash(), 1, n, rule="draw")
+        sent = {u.peer for u in store.get(1).payload.updates}
+        assert sent and sent <= set(trainers), "round 1's updates come from the draw rule's trainers"
+        assert trainers != sample_training_clients(g.member_ids, committee, g.hash(), 1, n)
+
+
+def test_bad_sampling_rule_is_rejected_when_the_scenario_or_the_genesis_loads(tmp_path):
+    text = (SCENARIOS / "coordinator_fedavg.toml").read_text()
+    for literal in ('"Draw"', '""', "1", "true", '["draw"]'):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text.replace("params = { clients = 20 }", f"params = {{ clients = 20, sampling_rule = {literal} }}"))
+        with pytest.raises(ConfigFileError, match=r"bad\.toml: protocol: protocol\.params\.sampling_rule must be one of"):
+            load_scenario(bad)
+    g = Simulation(_scenario("fedavg", {"clients": 5, "sampling_rule": "draw"}, rounds=1)).genesis
+    assert RoundRules(g).sampling_rule == "draw"
+    g_bad = dataclasses.replace(g, protocol=dataclasses.replace(g.protocol, params={"clients": 5, "sampling_rule": "hash"}))
+    with pytest.raises(ConfigError, match="sampling_rule must be one of"):
+        RoundRules(g_bad, ctx=ChainContext(g_bad))
+    assert sampling_rule_of({}) == "rank" and "sampling_rule" in HOST_PARAM_KEYS
