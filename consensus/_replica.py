@@ -1300,6 +1300,11 @@ class Replica:
         batch = self._cfg.header_batch_max if headers else self._cfg.sync_batch_max
         fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers))
 
+    @property
+    def behind(self) -> bool:
+        """A member showed this replica a later decided height: it is catching up (lazy: it does not sleep)."""
+        return self._behind()
+
     def _behind(self) -> bool:
         """A member showed it has decided this height (a lazy replica then catches up, and does not sleep)."""
         return self._shown is not None and self._shown[0] >= self._h

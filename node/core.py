@@ -35,7 +35,7 @@ test_byzantine_fuzz.py`` checks all of it against a fuzzing Byzantine minority.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -260,6 +260,10 @@ class _HeldBlobs(Mapping[bytes, bytes]):
         self._payload: Payload | None = payload
         self._held: dict[bytes, bytes] | None = None
 
+    def materialize(self) -> None:
+        """Look the blobs up now (before the store forgets them: :meth:`NodeCore.shed`)."""
+        self._get()
+
     def _get(self) -> dict[bytes, bytes]:
         if self._held is None:
             store, payload = self._store, self._payload
@@ -370,7 +374,8 @@ class NodeCore:
         message shows it a later height (the block its proposer pushes it before a round where it has a role),
         then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
         A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
-        through then. Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others.
+        through then. Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
+        call :meth:`shed` when such a member sleeps (the simulator does): it then keeps its head's model at most.
         A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
         (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
         missing heights' headers, checked by the header half of the chain rules (``ledger.apply_header``), and
@@ -473,6 +478,7 @@ class NodeCore:
         self._certified: OrderedDict[int, tuple[BlockHeader, Certificate]] = OrderedDict()
         """With ``lazy_outsiders``: the decided headers and certificates, to serve a ``header_sync_request``."""
         self._header_sent: OrderedDict[int, bytes] = OrderedDict()  # the decided_header messages signed last, by height
+        self._held_out: deque[_HeldBlobs] = deque(maxlen=DECIDED_KEPT)  # the Decided.blobs handed out last (shed)
         follow: dict[str, Any] = {}
         if self._headers:
             follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
@@ -536,6 +542,44 @@ class NodeCore:
         a role has no such deadline: it sleeps until a message wakes it). The simulator skips such members'
         ticks (:meth:`skip_ticks`), so that a member outside the round costs nothing between its messages."""
         return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
+
+    def dormant(self) -> bool:
+        """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role at its height,
+        no evidence held, nothing wanted, nothing to propose, and a strategy without stale updates (whose later
+        validators need old base models), and not catching up (the block that woke it, and its model, are held
+        until the headers before them arrive). Such a member may :meth:`shed` what it holds."""
+        return (
+            self._lazy
+            and not self._archive
+            and not self._models_for_all
+            and self._rules.staleness == 0
+            and not self._evidence
+            and not self._may_act_on_tick()
+            and self._me not in self._round.plan.participants
+            and not self._replica.behind  # catching up: the block (and model) that woke it is held
+        )
+
+    def shed(self) -> int:
+        """Drop what a :meth:`dormant` member holds for rounds it took part in: the blobs in its store (updates,
+        older models and strategy states: a store with ``retain()``, the simulator's in-memory one) and the models
+        it validated, all but its head's model and strategy state (which the members of the next round may still
+        ask it for). The block that wakes it for a later round brings the model it needs then, so a member asleep
+        holds one model at most (shared in a simulation), however many rounds it once took part in. The
+        ``Decided.blobs`` it handed out are read first, so a host that reads them later still finds them. Returns
+        the blobs dropped; 0 (and nothing done) unless dormant."""
+        retain = getattr(self._blobs, "retain", None)
+        if retain is None or not self.dormant():
+            return 0
+        for held in self._held_out:
+            held.materialize()
+        self._held_out.clear()
+        keep = {self._state.model_digest}
+        if self._state.state_digest is not None:
+            keep.add(self._state.state_digest)
+        for d in [d for d in self._validated if d not in keep]:
+            del self._validated[d]
+        # (its unsolicited blobs stay: the model pushed to wake it may come before the block that shows the height)
+        return int(retain(keep))
 
     def skip_ticks(self, n: int) -> None:
         """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
@@ -1009,7 +1053,9 @@ class NodeCore:
             self._model = None  # it sleeps until a role wakes it: the block that wakes it brings the model it needs
         if block.header.proposer == self._me:
             self._push_decided(block, old_round.plan.committee, plan)
-        self._out.append(Decided(block=block, model=model, blobs=_HeldBlobs(self._blobs, block.payload)))
+        held = _HeldBlobs(self._blobs, block.payload)
+        self._held_out.append(held)
+        self._out.append(Decided(block=block, model=model, blobs=held))
         if self._needs_model(plan):
             if model is None and self._blob(digest) is None:
                 # the proposer pushes the model right behind the block: wait for it, ask only on the retry timer

@@ -229,8 +229,10 @@ class _Sleepers:
         """``pid`` just handled a tick or an input: let it sleep if its next ticks do nothing."""
         if not self._enabled or pid in self._asleep:
             return
-        idle = self._nodes[pid].idle_ticks()
+        node = self._nodes[pid]
+        idle = node.idle_ticks()
         if idle > 0:
+            node.shed()  # a dormant lazy member (NodeCore.dormant) drops the blobs of its past rounds
             due = self._ticks + idle + 1
             self._asleep[pid] = (self._ticks, due)
             self._awake.discard(pid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from ledger._crypto import sha256
@@ -179,3 +180,11 @@ class MemoryBlobStore:
         if data is None:
             raise BlobError(f"blob {digest.hex()} missing")
         return data
+
+    def retain(self, keep: Collection[bytes]) -> int:
+        """Forget every blob but those in ``keep`` (a simulated member that sleeps: ``node.NodeCore.shed``);
+        returns how many were forgotten."""
+        drop = [d for d in self._blobs if d not in keep]
+        for d in drop:
+            del self._blobs[d]
+        return len(drop)

@@ -163,6 +163,12 @@ def test_file_blob_store(tmp_path):
         ro.put(b"x")
     mem = MemoryBlobStore()
     assert mem.get(mem.put(b"abc")) == b"abc"
+    kept, gone = mem.put(b"kept"), mem.put(b"gone")
+    assert mem.retain({kept, sha256(b"never stored")}) == 2  # "abc" and "gone"
+    assert mem.get(kept) == b"kept" and not mem.has(gone) and not mem.has(sha256(b"abc"))
+    with pytest.raises(BlobError, match="missing"):
+        mem.get(gone)
+    assert mem.retain(()) == 1 and not mem.has(kept)
 
 
 def test_file_blob_store_put_many(tmp_path):
