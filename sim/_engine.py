@@ -344,9 +344,10 @@ class Simulation:
         }
         # --- nodes: one chain context (and signature memo) for all of them, as one process verifies a
         # signature once; every node still runs every check (a memo hit is a past successful check).
-        # The round rules (a height's plan: the client sample ranks every member by a hash) and the genesis
-        # state are pure functions of the genesis and the chain state, shared the same way.
-        ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=64)
+        # The round rules (a height's plan: the client sample) and the genesis state are pure functions of the
+        # genesis and the chain state, shared the same way. The block memo covers the heights a lazy member
+        # catches up over (about members / clients of them, each checked by every member woken that round).
+        ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=1024)
         self._decoder = EnvelopeDecoder(memo_bytes=64 << 20)
         rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
         state0 = genesis_state(ctx)
