@@ -260,20 +260,15 @@ def _member_pool(members: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[s
     return tuple(sorted(unique)), unique
 
 
-def _eligible(members: Sequence[str], exclude: frozenset[str]) -> int:
-    _, unique = _member_pool(tuple(members))
-    return len(unique) - sum(1 for p in exclude if p in unique)
-
-
-def _drawn(domain: bytes, seed: bytes, members: Sequence[str], k: int, exclude: frozenset[str]) -> tuple[str, ...]:
+def _drawn(domain: bytes, seed: bytes, pool: tuple[str, ...], k: int, exclude: frozenset[str]) -> tuple[str, ...]:
     """The ``"draw"`` rule (:data:`SAMPLING_RULES`): ``k`` distinct members outside ``exclude``, sorted.
 
     A sparse Fisher-Yates shuffle over the sorted ids: step ``j`` swaps position ``j`` with ``j + u`` where ``u``
     is uniform in ``[0, N − j)``, from the first 8 bytes of ``H(domain/draw ‖ seed ‖ j ‖ attempt)`` (big-endian),
     an attempt rejected while that value is at or above the largest multiple of ``N − j`` below ``2^64`` (so no
     modulo bias). The member that lands at ``j`` is taken unless excluded; at most ``N`` steps, since a shuffle
-    never repeats a member. The caller checks that ``k`` members are eligible."""
-    pool, _ = _member_pool(tuple(members))
+    never repeats a member. ``pool`` is the sorted distinct member ids; the caller checks that ``k`` of them are
+    eligible."""
     n = len(pool)
     tag = domain + _DRAW_DOMAIN
     moved: dict[int, int] = {}  # position -> index into pool, for the positions a swap has touched
@@ -307,11 +302,12 @@ def _sample(
     if rule not in SAMPLING_RULES:
         raise CommitteeConfigError(f"unknown sampling rule {rule!r}; expected one of {', '.join(SAMPLING_RULES)}")
     if rule == "draw":
+        pool, unique = _member_pool(tuple(members))
         excluded = frozenset(exclude)
-        eligible = _eligible(members, excluded)
+        eligible = len(unique) - sum(1 for p in excluded if p in unique)
         if not least <= k <= eligible:
             raise CommitteeConfigError(what(eligible))
-        return _drawn(domain, seed, members, k, excluded)
+        return _drawn(domain, seed, pool, k, excluded)
     pool = sorted(set(members) - set(exclude))
     if not least <= k <= len(pool):
         raise CommitteeConfigError(what(len(pool)))

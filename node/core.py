@@ -1054,7 +1054,8 @@ class NodeCore:
         if block.header.proposer == self._me:
             self._push_decided(block, old_round.plan.committee, plan)
         held = _HeldBlobs(self._blobs, block.payload)
-        self._held_out.append(held)
+        if self._lazy:
+            self._held_out.append(held)  # read before a shed (only a lazy member sheds)
         self._out.append(Decided(block=block, model=model, blobs=held))
         if self._needs_model(plan):
             if model is None and self._blob(digest) is None:

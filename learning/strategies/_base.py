@@ -233,9 +233,9 @@ def register_strategy(name: str) -> Callable[[type[_S]], type[_S]]:
 
 HOST_PARAM_KEYS: frozenset[str] = frozenset({"sampling_seed", "sampling_rule"})
 """Reserved ``protocol.params`` keys that the host's round rules read, never a strategy: ``sampling_seed``
-(``node._rounds.RoundRules``: experiment-seeded client sampling) and ``sampling_rule`` (how members are drawn). :func:`strategy_from_params` strips them
-before the strategy sees its parameters, so a strategy's own parameter check never meets them; a strategy
-must not use these names."""
+(``node._rounds.RoundRules``: experiment-seeded client sampling) and ``sampling_rule`` (how members are drawn).
+:func:`strategy_from_params` strips them before the strategy sees its parameters, so a strategy's own parameter
+check never meets them; a strategy must not use these names."""
 
 
 def strategy_from_params(name: str, params: Mapping[str, Any]) -> Strategy:
