@@ -2,13 +2,14 @@
 
     python benchmarks/sampling_rules.py [--members 10000] [--clients 100] [--reps 3]
 
-Times ``consensus.sample_training_clients`` (a committee of 7 excluded) with ``rule="rank"`` (its process-wide memo
-cleared before each call, as a new height's seed would miss it) and ``rule="draw"``, one line per repetition.
+Times ``consensus.sample_training_clients`` (a committee of 7 excluded) with ``rule="rank"`` and ``rule="draw"``, one
+line per repetition; every call is for a new height, so that the rank rule's process-wide memo never hits.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import timeit
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from consensus import sample_training_clients  # noqa: E402
-from consensus._committee import _ranked_memo  # noqa: E402
 
 
 def main() -> None:
@@ -26,14 +26,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     ids = tuple(f"12D3KooW{i:044d}" for i in range(args.members))
-    committee, seed = ids[:7], b"x" * 32
+    committee, seed, heights = ids[:7], b"x" * 32, itertools.count(1)
 
     def rank() -> None:
-        _ranked_memo.cache_clear()
-        sample_training_clients(ids, committee, seed, 3, args.clients)
+        sample_training_clients(ids, committee, seed, next(heights), args.clients)
 
     def draw() -> None:
-        sample_training_clients(ids, committee, seed, 3, args.clients, rule="draw")
+        sample_training_clients(ids, committee, seed, next(heights), args.clients, rule="draw")
 
     for _ in range(args.reps):
         r = timeit.timeit(rank, number=10) / 10

@@ -228,7 +228,7 @@ SAMPLING_RULES = ("rank", "draw")
 both a pure function of the seed and the member ids, so every replica and the auditor get the same sample):
 
 * ``"rank"`` (the default): every member ranked by ``H(domain ‖ seed ‖ id)``, the first ``k`` taken. One hash per
-  member, ``O(N)`` per sample: 22-31 ms per sample at 10,000 members here (``benchmarks/sampling_rules.py``),
+  member, ``O(N)`` per sample: 24-34 ms per sample at 10,000 members here (``benchmarks/sampling_rules.py``),
   twice per height.
 * ``"draw"``: a Fisher-Yates shuffle of the sorted member ids, stopped after ``k`` picks that are not excluded,
   its ``j``-th swap index drawn from ``H(domain ‖ seed ‖ j ‖ attempt)`` by rejection (exactly uniform). ``O(k)``
