@@ -63,10 +63,11 @@ def advance_state(state: ChainState, block: Block) -> ChainState:
     )
 
 
-def verify_decided_block(ctx: ChainContext, state: ChainState, block: Block) -> ChainState:
+def verify_decided_block(ctx: ChainContext, state: ChainState, block: Block, *, epoch: int = 1) -> ChainState:
     """Check a decided block received from a peer as the successor of ``state``; return the new state.
 
     Every ledger check (``ledger.apply_block``): link, proposer, payload hash, Merkle root, certificate
-    (``certificate.view >= header.view``), signatures. Raises a ``LedgerError``.
+    (``certificate.view >= header.view``), signatures. Raises a ``LedgerError``. ``epoch`` > 1: the block may be
+    of a later height in the committee epoch of ``state.height + 1`` (``ledger.apply_block``'s skip).
     """
-    return apply_block(ctx, state, block)
+    return apply_block(ctx, state, block, epoch=epoch)

@@ -197,6 +197,9 @@ class Cluster:
     rotate:
         Each block elects the next committee by a hash of the previous block, keeping at most ``f``
         Byzantine members in it (exercises catch-up and committee changes); else the committee is fixed.
+    epoch:
+        With ``rotate``: elect a new committee only at the end of each epoch of this many heights (the block at
+        height ``kE``), as coordinator mode's ``committee_epoch`` does; 1 (the default): at every height.
     auto_propose:
         Answer ``RequestProposal`` at once (the default); else keep the requests in
         :attr:`proposal_requests` until :meth:`propose_pending`.
@@ -219,6 +222,7 @@ class Cluster:
         config: ReplicaConfig | None = None,
         disagree: Sequence[int] = (),
         rotate: bool = False,
+        epoch: int = 1,
         auto_propose: bool = True,
         check: bool = True,
         resume: bool = True,
@@ -234,6 +238,7 @@ class Cluster:
             "byzantine": byzantine,
             "disagree": tuple(disagree),
             "rotate": rotate,
+            "epoch": epoch,
             "resume": resume,
         }
         self.seed = seed
@@ -258,6 +263,9 @@ class Cluster:
         )
         self.ctx = ChainContext(self.genesis)
         self.rotate = rotate
+        if epoch < 1:
+            raise ValueError(f"epoch must be >= 1, got {epoch}")
+        self.epoch = epoch
         self.faults = faults
         self.check = check
         self.auto_propose = auto_propose
@@ -321,7 +329,7 @@ class Cluster:
 
     def expected_committee(self, state: ChainState) -> tuple[str, ...]:
         """Next committee after ``state``'s successor: fixed, or re-sampled with at most ``f`` Byzantine."""
-        if not self.rotate:
+        if not self.rotate or (state.height + 1) % self.epoch:
             return state.committee
         c = self.genesis.protocol.committee_size
         f = (c - 1) // 3

@@ -43,6 +43,17 @@ class SendBlocks:
     start: int
     stop: int
     headers: bool = False
+    epoch: int = 1
+    """With ``headers``, a replica whose committee is fixed per epoch of ``epoch`` heights (``Replica(committee_epoch=)``)
+    serves only the last header of each epoch in ``[start, stop)`` and the last one, ``stop - 1``: the member that
+    asked skips to each in turn (``ledger.apply_header(epoch=)``). 1: every header."""
+
+    def heights(self) -> list[int]:
+        """The heights to send: every one of ``[start, stop)``, or with ``headers`` and ``epoch`` > 1 the epochs' last
+        and ``stop - 1``."""
+        if not self.headers or self.epoch == 1:
+            return list(range(self.start, self.stop))
+        return [h for h in range(self.start, self.stop) if h % self.epoch == 0 or h == self.stop - 1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

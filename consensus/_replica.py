@@ -97,6 +97,7 @@ from ledger import (
     merkle_root,
     primary,
     record,
+    same_epoch,
     sha256,
     sign_bytes,
     update_leaves,
@@ -373,6 +374,13 @@ class Replica:
         height is woken by the block the proposer pushes it; one that is never woken stays behind, which costs
         it nothing and the chain nothing (it takes no part). Default False: every observer asks for the decided
         block every ``timeout_ticks_sync``.
+    committee_epoch:
+        With ``next_committee``: the round rules fix one committee for each epoch of this many heights (heights
+        ``kE+1 .. (k+1)E``; coordinator mode's ``committee_epoch``). A lazy replica catching up then skips: it takes
+        a decided header or block of a later height in the epoch of its current height without the ones between
+        (``ledger.apply_header(epoch=)``, ``apply_block(epoch=)``), and it serves a ``header_sync_request`` with the
+        last header of each epoch and its own last (``SendBlocks.epoch``), so a member that slept through ``n``
+        heights checks about ``n / E`` headers, not ``n``. Default 1: no skipping, every header.
 
     The constructor's effects (``RequestProposal`` when this replica is the first primary; after a
     restore, the VIEW-CHANGE it signs in that first call) are returned by the first :meth:`tick` or
@@ -419,9 +427,14 @@ class Replica:
         next_committee: Callable[[ChainState], tuple[str, ...]] | None = None,
         needs_payload: Callable[[ChainState], bool] | None = None,
         lazy: bool = False,
+        committee_epoch: int = 1,
     ) -> None:
         if lazy and (next_committee is None or needs_payload is None):
             raise ValueError("a lazy replica follows by headers: it needs next_committee and needs_payload")
+        if type(committee_epoch) is not int or committee_epoch < 1:
+            raise ValueError(f"committee_epoch must be an int >= 1, got {committee_epoch!r}")
+        if committee_epoch > 1 and next_committee is None:
+            raise ValueError("committee_epoch > 1 fixes the committee from the state: it needs next_committee")
         if key.peer_id not in ctx.members:
             raise LocalProtocolError(f"{key.peer_id} is not a member of chain {ctx.chain_id}")
         self._ctx = ctx
@@ -431,6 +444,7 @@ class Replica:
         self._next_committee = next_committee
         self._needs_payload = needs_payload
         self._lazy = lazy
+        self._epoch = committee_epoch
         self._headers_asked = (0, 0)  # a header batch in flight: (the height after it, the tick it was asked at)
         self._cfg = config if config is not None else ReplicaConfig.from_timeouts(ctx.genesis.protocol.timeouts)
         self._now = 0
@@ -1226,7 +1240,17 @@ class Replica:
     def _on_decided(self, d: Decided, sender: str | None, fx: list[Effect]) -> None:
         b = d.block
         if b.height < self._h:
+            if self._lazy and self._epoch > 1:  # skipped past (a header of its epoch's end came first)
+                self._duplicates += 1
+                return
             raise RemoteProtocolError("stale_height", f"decided block {b.height} < {self._h}")
+        if b.height > self._h and self._skips_to(b.height):
+            try:
+                state = verify_decided_block(self._ctx, self._state, b, epoch=self._epoch)
+            except LedgerError as e:
+                raise RemoteProtocolError("bad_certificate", str(e)) from None
+            self._decide(b, fx, state=state)
+            return
         if b.height > self._h:
             self._note_ahead(b.height, sender, fx, decided=b.height)
             if b.height > self._h + self._cfg.height_window and not self._by_headers:
@@ -1254,6 +1278,9 @@ class Replica:
                 self._duplicates += 1
                 return
             raise RemoteProtocolError("stale_height", f"decided header {h} < {self._h}")
+        if h > self._h and self._skips_to(h):
+            self._follow_header(d, sender, fx)
+            return
         if h > self._h:
             self._note_ahead(h, sender, fx, decided=h)
             window = self._cfg.header_batch_max if self._by_headers else self._cfg.height_window
@@ -1266,9 +1293,21 @@ class Replica:
         if self._in_committee or self._next_committee is None:
             self._ask_block(sender, fx)
             return
+        self._follow_header(d, sender, fx)
+
+    def _follow_header(self, d: DecidedHeader, sender: str | None, fx: list[Effect]) -> None:
+        """Take a decided header of this height, or (a skip) of a later height of this committee epoch."""
+        assert self._next_committee is not None
+        hd = d.header
+        before = self._state
+        if hd.height > self._h:  # a skip: what the next committee is drawn from is the state before the header,
+            # known here by what the rules read of it (its hash, its height, the epoch's committee); the ledger
+            # checks that the header is of this epoch
+            before = ChainState(height=hd.height - 1, head_hash=hd.prev_hash, time_ms=self._state.time_ms,
+                                committee=self._state.committee, model_digest=b"", state_digest=None)
         try:
-            state = apply_header(self._ctx, self._state, d.header, d.certificate,
-                                 next_committee=self._next_committee(self._state))
+            state = apply_header(self._ctx, self._state, hd, d.certificate,
+                                 next_committee=self._next_committee(before), epoch=self._epoch)
         except LedgerError as e:
             raise RemoteProtocolError("bad_certificate", str(e)) from None
         if self._needs_payload is None or self._needs_payload(state):
@@ -1298,7 +1337,8 @@ class Replica:
             self._served.clear()
         self._served[key] = self._now
         batch = self._cfg.header_batch_max if headers else self._cfg.sync_batch_max
-        fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers))
+        fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers,
+                             epoch=self._epoch if headers else 1))
 
     @property
     def behind(self) -> bool:
@@ -1321,6 +1361,11 @@ class Replica:
             self._deadline = self._now + self._cfg.header_retry_ticks  # a sleeping lazy observer: catching up now
         if height > self._h + 1:
             self._request_sync(peer, fx, headers=self._by_headers)
+
+    def _skips_to(self, height: int) -> bool:
+        """May this replica take a decided block or header of ``height`` > its own without those between? Only a
+        lazy one outside the committee, within the committee epoch of its height (``committee_epoch``)."""
+        return self._epoch > 1 and self._by_headers and same_epoch(self._h, height, self._epoch)
 
     @property
     def _by_headers(self) -> bool:
@@ -1398,6 +1443,7 @@ class Replica:
     def _replay(self) -> None:
         """Move the held messages that can be handled now to the inbox; forget the stale ones."""
         keep: list[_Buffered] = []
+        skips: list[_Buffered] = []
         for b in self._buffer:
             if b.height < self._h:
                 continue
@@ -1406,8 +1452,13 @@ class Replica:
             )
             if ready:
                 self._inbox.append((b.message, b.sender))
+            elif b.owner in ("", _HEADER_OWNER) and self._skips_to(b.height):
+                skips.append(b)  # a decided block or header this replica may skip to now
             else:
                 keep.append(b)
+        # the nearest first, a block before a header of its height: a skip past a held block would leave it stale
+        skips.sort(key=lambda b: (b.height, b.owner != ""))
+        self._inbox.extend((b.message, b.sender) for b in skips)
         self._buffer = keep
 
     # --- checks ---------------------------------------------------------------------------------------

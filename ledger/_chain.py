@@ -51,6 +51,7 @@ __all__ = [
     "make_header",
     "primary",
     "quorum_size",
+    "same_epoch",
     "sign_commit",
     "sign_message",
     "sign_update",
@@ -333,6 +334,7 @@ def apply_block(
     blobs: BlobSource | None = None,
     reexecutor: Reexecutor | None = None,
     digests: BlockDigests | None = None,
+    epoch: int = 1,
 ) -> ChainState:
     """Validate ``block`` as the successor of ``state`` and return the new state.
 
@@ -341,13 +343,18 @@ def apply_block(
     update commitments (members, round, signatures), next committee (members), evidence, blobs
     (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given).
     Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
-    :func:`decode_block`) saves recomputing the hashes of a block just decoded.
+    :func:`decode_block`) saves recomputing the hashes of a block just decoded. ``epoch`` > 1: a block of a later
+    height in the same committee epoch as ``state.height + 1`` is taken without the blocks between, as
+    :func:`apply_header` takes a header (a follower's skip; an audit re-executes every block with ``epoch=1``).
     """
-    structural = blobs is None and reexecutor is None  # (only structural checks are remembered)
+    skip = block.header.height != state.height + 1
+    if skip and reexecutor is not None:
+        raise ValueError("a re-executed block must be the successor of the state (no skip)")
+    structural = blobs is None and reexecutor is None and not skip  # (only successor checks are remembered)
     hit = _remembered(ctx, state, block) if structural else None
     if hit is not None:
         return hit
-    new_state = _apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+    new_state = _apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests, epoch=epoch)
     if structural:
         _remember(ctx, state, block, new_state)
     return new_state
@@ -382,12 +389,13 @@ def _apply_block(
     blobs: BlobSource | None,
     reexecutor: Reexecutor | None,
     digests: BlockDigests | None,
+    epoch: int = 1,
 ) -> ChainState:
     hd, pl = block.header, block.payload
     if digests is None:
         digests = BlockDigests(hd.hash(), pl.hash(), tuple(update_leaves(pl.updates)))
-    h = state.height + 1
-    _check_link(ctx, state, hd)
+    _check_link(ctx, state, hd, epoch=epoch)
+    h = hd.height  # state.height + 1, or a later height of its epoch (a skip)
     if hd.payload_hash != digests.payload_hash:
         raise ChainError(f"height {h}: payload hash mismatch")
     if hd.updates_root != merkle_root(digests.update_leaves):
@@ -446,22 +454,34 @@ def _apply_block(
     return new
 
 
-def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader) -> None:
-    """The header's own rules as the successor of ``state``: chain id, height, hash link, round, time, proposer."""
+def same_epoch(a: int, b: int, epoch: int) -> bool:
+    """Are heights ``a`` and ``b`` in one committee epoch of ``epoch`` heights (heights ``kE+1 .. (k+1)E``)?"""
+    return (a - 1) // epoch == (b - 1) // epoch
+
+
+def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader, *, epoch: int = 1) -> None:
+    """The header's own rules as the successor of ``state``: chain id, height, hash link, round, time, proposer.
+
+    With ``epoch`` > 1 the header may also be of a later height in the same committee epoch as ``state.height + 1``
+    (a skip, see :func:`apply_header`): its hash link to ``state`` is then not checked, and its proposer is the
+    primary of the committee under its own ``prev_hash`` (which is ``state.head_hash`` when it links)."""
     h = state.height + 1
     if hd.chain_id != ctx.chain_id:
         raise ChainError(f"height {h}: chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
-    if hd.height != h:
+    if epoch < 1:
+        raise ValueError(f"epoch must be >= 1, got {epoch}")
+    skip = hd.height > h and same_epoch(h, hd.height, epoch)
+    if hd.height != h and not skip:
         raise ChainError(f"height {h}: expected height {h}, block says {hd.height} (missing or reordered block)")
-    if hd.prev_hash != state.head_hash:
+    if not skip and hd.prev_hash != state.head_hash:
         raise ChainError(f"height {h}: prev_hash does not link to the previous block")
-    if hd.fl_round != h:
-        raise ChainError(f"height {h}: fl_round {hd.fl_round} differs from height")
+    if hd.fl_round != hd.height:
+        raise ChainError(f"height {hd.height}: fl_round {hd.fl_round} differs from height")
     if hd.time_ms < state.time_ms:
-        raise ChainError(f"height {h}: time goes backwards ({hd.time_ms} < {state.time_ms})")
-    expected = primary(state.committee, state.head_hash, h, hd.view)
+        raise ChainError(f"height {hd.height}: time goes backwards ({hd.time_ms} < {state.time_ms})")
+    expected = primary(state.committee, hd.prev_hash, hd.height, hd.view)
     if hd.proposer != expected:
-        raise ChainError(f"height {h}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
+        raise ChainError(f"height {hd.height}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
 
 
 def apply_header(
@@ -471,6 +491,7 @@ def apply_header(
     certificate: Certificate,
     *,
     next_committee: tuple[str, ...],
+    epoch: int = 1,
 ) -> ChainState:
     """Validate a decided block known by its header and certificate alone as the successor of ``state``, and
     return the state after it with what only the payload says left unknown: ``model_digest`` is ``b""`` and
@@ -484,11 +505,19 @@ def apply_header(
     whole, against it; a member that needs the model or the payload takes the whole block instead. Raises a
     :class:`LedgerError` subclass naming the height and reason. Remembered like :func:`apply_block` (keyed by
     ``state`` and the header object).
+
+    ``epoch`` > 1: the round rules fix one committee for each epoch of ``epoch`` heights (coordinator mode's
+    ``committee_epoch``), so a header of a later height in the epoch of ``state.height + 1`` is certified by
+    ``state.committee`` too, and is taken without the headers between (skipping verification, as a CometBFT light
+    client skips from a trusted validator set to a header it signed): the safety of a certified block, at most
+    ``f`` faulty members in the committee, is all that vouches for the heights skipped. The caller passes the
+    ``next_committee`` that header must name. A skip is not remembered (the memo answers successor checks only).
     """
-    hit = _remembered(ctx, state, header)
+    skip = header.height != state.height + 1
+    hit = None if skip else _remembered(ctx, state, header)
     if hit is not None:
         return hit
-    _check_link(ctx, state, header)
+    _check_link(ctx, state, header, epoch=epoch)
     header_hash = header.hash()
     check_certificate(ctx, state.committee, header, certificate, header_hash=header_hash)
     _check_next_committee(ctx, header.height, next_committee)
@@ -500,7 +529,8 @@ def apply_header(
         model_digest=b"",
         state_digest=None,
     )
-    _remember(ctx, state, header, new)
+    if not skip:
+        _remember(ctx, state, header, new)
     return new
 
 

@@ -69,6 +69,7 @@ from learning import (
 )
 
 __all__ = [
+    "COMMITTEE_EPOCH_KEY",
     "SAMPLING_RULE_KEY",
     "SAMPLING_SEED_KEY",
     "RoundHistory",
@@ -76,6 +77,7 @@ __all__ = [
     "RoundRules",
     "evidence_key",
     "proposal_evidence_key",
+    "committee_epoch_of",
     "round_rng",
     "sampling_rule_of",
     "sampling_seed_of",
@@ -142,6 +144,43 @@ def sampling_rule_of(params: Mapping[str, Any]) -> str:
     if type(v) is not str or v not in SAMPLING_RULES:
         raise ConfigError(
             f"protocol.params.{SAMPLING_RULE_KEY} must be one of {', '.join(map(repr, SAMPLING_RULES))}, got {v!r}"
+        )
+    return v
+
+
+COMMITTEE_EPOCH_KEY = "committee_epoch"
+"""Reserved ``protocol.params`` key of :func:`committee_epoch_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
+if COMMITTEE_EPOCH_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
+    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {COMMITTEE_EPOCH_KEY!r}")
+COMMITTEE_EPOCH_MAX = 1_000_000
+
+
+def committee_epoch_of(params: Mapping[str, Any], *, mode: str) -> int:
+    """Coordinator mode: for how many heights one committee serves, the genesis' ``protocol.params.committee_epoch``
+    (``E``, default 1: a new committee at every height). DESIGN.md "A round, coordinator mode": the committee is
+    sampled "with the seed of block t-1 (or fixed per epoch of E rounds)". Heights ``kE+1 .. (k+1)E`` form epoch
+    ``k``; epoch 0 is certified by the genesis committee, and the block at height ``kE`` names the committee of
+    epoch ``k`` drawn, as at every height without the key, from the block before it
+    (:meth:`RoundRules.next_committee_coordinator`). Every other block names the committee it was certified by.
+
+    What it buys: a member that slept through ``n`` heights (``NodeCore(lazy_outsiders=True)``) checks the last
+    header of each epoch, about ``n / E``, instead of all ``n`` (``ledger.apply_header(epoch=)``). What it costs: a
+    committee is known ``E`` heights ahead and serves that long, so an adaptive adversary has longer to corrupt
+    it, and a crashed member of it costs view changes for up to ``E`` heights. The coordinator (the primary) still
+    changes every height. Committee mode (CMFL) elects each committee from the round's scores and rejects the
+    key; anything but an int in ``[1, 1000000]`` raises :class:`ConfigError`.
+    """
+    if COMMITTEE_EPOCH_KEY not in params:
+        return 1
+    v = params[COMMITTEE_EPOCH_KEY]
+    if type(v) is not int or not 1 <= v <= COMMITTEE_EPOCH_MAX:
+        raise ConfigError(
+            f"protocol.params.{COMMITTEE_EPOCH_KEY} must be an int in [1, {COMMITTEE_EPOCH_MAX}], got {v!r}"
+        )
+    if mode == COMMITTEE_MODE:
+        raise ConfigError(
+            f"protocol.params.{COMMITTEE_EPOCH_KEY} applies to coordinator mode only; committee mode elects every "
+            "committee from the round's scores"
         )
     return v
 
@@ -241,6 +280,8 @@ class RoundRules:
         """Coordinator mode with ``sampling_seed``: what ranks the trainers instead of the previous block hash."""
         self.sampling_rule = sampling_rule_of(genesis.protocol.params)
         """``consensus.SAMPLING_RULES``: how :meth:`plan` and :meth:`next_committee_coordinator` pick members."""
+        self.committee_epoch = committee_epoch_of(genesis.protocol.params, mode=genesis.protocol.mode)
+        """Coordinator mode: heights per committee (:func:`committee_epoch_of`)."""
         self.strategy: Strategy = FedAvg() if self.committee_mode else strategy_from_params(
             genesis.protocol.algorithm, genesis.protocol.params
         )
@@ -292,7 +333,12 @@ class RoundRules:
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:
         """Coordinator mode: the committee the block after ``state`` must name (ranks every member by a hash;
-        remembered for the last few states, like :meth:`plan`)."""
+        remembered for the last few states, like :meth:`plan`). With a ``committee_epoch`` ``E`` > 1, a block
+        that does not end an epoch names ``state.committee``, the one that certifies it; reads nothing of
+        ``state`` but its ``height``, ``head_hash`` and ``committee`` (a lazy member skipping to a header knows
+        no more of the state before it)."""
+        if (state.height + 1) % self.committee_epoch:
+            return state.committee
         got = self._next_committees.get(state.head_hash)
         if got is None:
             seed = state.head_hash + struct.pack(">Q", state.height + 1)

@@ -95,6 +95,7 @@ from node._rounds import (
     RoundHistory,
     RoundPlan,
     RoundRules,
+    committee_epoch_of,
     evidence_key,
     proposal_evidence_key,
     sampling_rule_of,
@@ -116,6 +117,7 @@ __all__ = [
     "TrainResult",
     "Transmit",
     "Withheld",
+    "committee_epoch_of",
     "sampling_rule_of",
     "sampling_seed_of",
 ]
@@ -482,7 +484,7 @@ class NodeCore:
         follow: dict[str, Any] = {}
         if self._headers:
             follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
-                      "lazy": self._lazy}
+                      "lazy": self._lazy, "committee_epoch": self._rules.committee_epoch}
         self._replica = Replica(
             ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore,
             **follow,
@@ -937,8 +939,8 @@ class NodeCore:
                 case Broadcast(to=to, message=msg):
                     data = self._pbft_bytes(msg)
                     self._out.extend(Transmit(to=p, data=data, kind="pbft") for p in to)
-                case SendBlocks(to=to, start=start, stop=stop, headers=True):
-                    for h in range(start, stop):
+                case SendBlocks(to=to, headers=True):
+                    for h in fx.heights():
                         data = self._header_bytes(h)
                         if data is not None:
                             self._out.append(Transmit(to=to, data=data, kind="pbft"))

@@ -145,6 +145,10 @@ class ProtocolSection:
             from node.core import sampling_rule_of  # noqa: PLC0415
 
             sampling_rule_of(self.params)
+        if "committee_epoch" in self.params:
+            from node.core import committee_epoch_of  # noqa: PLC0415
+
+            committee_epoch_of(self.params, mode=self.mode)
 
     def timeouts(self) -> Timeouts:
         """The genesis ``protocol.timeouts`` of this section (``ledger.Timeouts`` validates them)."""

@@ -231,9 +231,10 @@ def register_strategy(name: str) -> Callable[[type[_S]], type[_S]]:
     return deco
 
 
-HOST_PARAM_KEYS: frozenset[str] = frozenset({"sampling_seed", "sampling_rule"})
+HOST_PARAM_KEYS: frozenset[str] = frozenset({"sampling_seed", "sampling_rule", "committee_epoch"})
 """Reserved ``protocol.params`` keys that the host's round rules read, never a strategy: ``sampling_seed``
-(``node._rounds.RoundRules``: experiment-seeded client sampling) and ``sampling_rule`` (how members are drawn).
+(``node._rounds.RoundRules``: experiment-seeded client sampling), ``sampling_rule`` (how members are drawn) and
+``committee_epoch`` (heights per committee in coordinator mode).
 :func:`strategy_from_params` strips them before the strategy sees its parameters, so a strategy's own parameter
 check never meets them; a strategy must not use these names."""
 
