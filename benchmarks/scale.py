@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py [--members 1000 10000] [--rounds 20] [--scenario scenarios/scale_10k.toml]
                                [--workers 0] [--no-ledger] [--models-for-all | --blocks | --outsiders MODE]
-                               [--sampling rank|draw] [--root DIR] [--json out.json]
+                               [--sampling rank|draw] [--epoch E] [--root DIR] [--json out.json]
 
 Runs the scenario (default ``scenarios/scale_10k.toml``: coordinator-mode FedAvg, 100 clients sampled per round,
 a committee of 7, the digits MLP) once per member count, each in a fresh process (so that its peak memory is its
@@ -23,7 +23,9 @@ be timed and taken out: per round,
   ``network.outsiders`` (``lazy``: members outside the round are sent nothing and catch up by headers when a role
   wakes them; another ledger than the other two for the same seed, as the catch-up moves the network's draws).
   ``--sampling rank|draw`` sets ``protocol.params.sampling_rule`` (``rank`` hashes every member twice per height,
-  ``draw`` about as many times as it picks; another ledger, as other members are picked).
+  ``draw`` about as many times as it picks; another ledger, as other members are picked). ``--epoch E`` sets
+  ``protocol.params.committee_epoch`` (one committee per ``E`` rounds: a woken lazy member checks the last header of
+  each epoch only; another ledger).
 
 ``--root DIR`` runs the members from another checkout (e.g. ``git worktree add /tmp/before <commit>``; the scenario
 needs a tree that knows its keys: ``data.local_datasets``, ``network.outsiders``; pass an older scenario file with
@@ -62,6 +64,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         sc = dataclasses.replace(sc, network=dataclasses.replace(sc.network, outsiders=args.outsiders))
     if args.sampling:
         params = {**sc.protocol.params, "sampling_rule": args.sampling}
+        sc = dataclasses.replace(sc, protocol=dataclasses.replace(sc.protocol, params=params))
+    if args.epoch:
+        params = {**sc.protocol.params, "committee_epoch": args.epoch}
         sc = dataclasses.replace(sc, protocol=dataclasses.replace(sc.protocol, params=params))
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         s = Simulation(sc, workers=args.workers, ledger_dir=None if args.no_ledger else Path(tmp) / "ledger",
@@ -110,6 +115,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "models_for_all": args.models_for_all,
         "outsiders": getattr(sc.network, "outsiders", "blocks"),
         "sampling_rule": sc.protocol.params.get("sampling_rule", "rank"),
+        "committee_epoch": sc.protocol.params.get("committee_epoch", 1),
         "import_and_setup_s": t1 - t0,
         "setup_cpu_s": c1 - c0,
         "run_s": t2 - t1,
@@ -140,6 +146,8 @@ def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
         cmd += ["--outsiders", args.outsiders]
     if args.sampling:
         cmd += ["--sampling", args.sampling]
+    if args.epoch:
+        cmd += ["--epoch", str(args.epoch)]
     env = dict(os.environ, PYTHONPATH=str(args.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(cmd, env=env, cwd=str(args.root), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -160,6 +168,8 @@ def main() -> None:
                     help="what members outside the next round are sent (network.outsiders; default: the scenario's)")
     ap.add_argument("--sampling", choices=("rank", "draw"),
                     help="how clients and committees are picked (protocol.params.sampling_rule; default: the scenario's)")
+    ap.add_argument("--epoch", type=int,
+                    help="rounds per committee (protocol.params.committee_epoch; default: the scenario's)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose sim/ runs (default: this one)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -173,7 +183,7 @@ def main() -> None:
     print(f"{args.scenario.name}, {args.rounds} rounds, workers={args.workers}, ledger={'off' if args.no_ledger else 'on'}, "
           f"models to {'all' if args.models_for_all else 'the next round'}, "
           f"outsiders get {'blocks' if args.blocks or args.models_for_all else args.outsiders or 'the scenario says'}, "
-          f"sampling {args.sampling or 'as the scenario says'}, "
+          f"sampling {args.sampling or 'as the scenario says'}, committee epoch {args.epoch or 'as the scenario says'}, "
           f"sim from {args.root}")
     head = (f"{'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
             f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")

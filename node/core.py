@@ -381,7 +381,11 @@ class NodeCore:
         A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
         (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
         missing heights' headers, checked by the header half of the chain rules (``ledger.apply_header``), and
-        only the block it needs; the ledger is unchanged. The network runtime does not use it.
+        only the block it needs; the ledger is unchanged. The network runtime does not use it. With the genesis'
+        ``committee_epoch`` ``E`` > 1 (:func:`committee_epoch_of`) it goes further: it skips to the last header of
+        each epoch (``consensus.Replica(committee_epoch=E)``), trusting the epoch's committee's certificate for the
+        heights between, as a CometBFT light client's skipping verification does; the audit
+        (``ledger verify``) still checks every block.
     """
 
     def __init__(
