@@ -198,7 +198,8 @@ class ReplicaConfig:
     """Decided blocks sent to a laggard per request (at most ``height_window``)."""
     header_batch_max: int = 64
     """Decided headers sent per ``header_sync_request`` (small: about 1.3 kB each); a lazy replica holds those of
-    a batch that arrive out of order."""
+    a batch that arrive out of order. With ``Replica(committee_epoch=E)`` a batch covers ``E`` times as many
+    heights, one header (the last) per epoch."""
     header_retry_ticks: int = 2
     """A lazy replica catching up asks again (the next member in turn) when this many ticks bring it no new height;
     a member serves one requester's header batch from one height at most this often."""
@@ -1283,7 +1284,7 @@ class Replica:
             return
         if h > self._h:
             self._note_ahead(h, sender, fx, decided=h)
-            window = self._cfg.header_batch_max if self._by_headers else self._cfg.height_window
+            window = self._header_span if self._by_headers else self._cfg.height_window
             if h > self._h + window:  # (a lazy observer holds a batch of headers that arrives out of order)
                 raise RemoteProtocolError("future_height", f"decided header {h}")
             if self._by_headers and not any(x.owner == _HEADER_OWNER and x.height == h for x in self._buffer):
@@ -1336,7 +1337,7 @@ class Replica:
         if len(self._served) >= 4 * self._cfg.buffered_messages_max:
             self._served.clear()
         self._served[key] = self._now
-        batch = self._cfg.header_batch_max if headers else self._cfg.sync_batch_max
+        batch = self._header_span if headers else self._cfg.sync_batch_max
         fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers,
                              epoch=self._epoch if headers else 1))
 
@@ -1361,6 +1362,12 @@ class Replica:
             self._deadline = self._now + self._cfg.header_retry_ticks  # a sleeping lazy observer: catching up now
         if height > self._h + 1:
             self._request_sync(peer, fx, headers=self._by_headers)
+
+    @property
+    def _header_span(self) -> int:
+        """Heights one batch of headers covers: ``header_batch_max``, times the epoch where only the last header
+        of each epoch is sent (still at most ``header_batch_max`` + 1 headers per batch)."""
+        return self._cfg.header_batch_max * self._epoch
 
     def _skips_to(self, height: int) -> bool:
         """May this replica take a decided block or header of ``height`` > its own without those between? Only a
@@ -1397,9 +1404,9 @@ class Replica:
 
     def _note_headers_asked(self) -> None:
         """A batch of headers asked now covers the heights up to the one the sender showed (it can serve what it
-        decided), at most ``header_batch_max``: no second request for them while it is on its way."""
+        decided), at most :attr:`_header_span`: no second request for them while it is on its way."""
         shown = self._shown[0] if self._shown is not None else self._h
-        self._headers_asked = (min(self._h + self._cfg.header_batch_max, max(shown + 1, self._h + 1)), self._now)
+        self._headers_asked = (min(self._h + self._header_span, max(shown + 1, self._h + 1)), self._now)
 
     def _sync_message(self, headers: bool) -> Message:
         make = header_sync_request_message if headers else sync_request_message

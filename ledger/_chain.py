@@ -222,9 +222,10 @@ class ChainContext:
         """``signature_memo``: successful verifications to remember (see :class:`PublicKeyCache`);
         ``block_memo``: structural :func:`apply_block` results to remember, keyed by the previous state and
         the block *object* (identical decoded objects are shared by a decode memo, e.g. in a simulation
-        where many nodes verify one decided block); a hit returns the state a past successful check gave."""
+        where many nodes verify one decided block), and for a skip (``epoch``) by the epoch too; a hit returns the
+        state a past successful check gave."""
         self.genesis = genesis
-        self.block_memo: OrderedDict[tuple[ChainState, int], tuple[Block | BlockHeader, ChainState]] | None = (
+        self.block_memo: OrderedDict[tuple[object, ...], tuple[Block | BlockHeader, ChainState]] | None = (
             OrderedDict() if block_memo > 0 else None
         )
         self.block_memo_max = block_memo
@@ -347,30 +348,39 @@ def apply_block(
     height in the same committee epoch as ``state.height + 1`` is taken without the blocks between, as
     :func:`apply_header` takes a header (a follower's skip; an audit re-executes every block with ``epoch=1``).
     """
-    skip = block.header.height != state.height + 1
+    skip = epoch if block.header.height != state.height + 1 else 0
     if skip and reexecutor is not None:
         raise ValueError("a re-executed block must be the successor of the state (no skip)")
-    structural = blobs is None and reexecutor is None and not skip  # (only successor checks are remembered)
-    hit = _remembered(ctx, state, block) if structural else None
+    structural = blobs is None and reexecutor is None  # (only structural checks are remembered)
+    hit = _remembered(ctx, state, block, skip_epoch=skip) if structural else None
     if hit is not None:
         return hit
     new_state = _apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests, epoch=epoch)
     if structural:
-        _remember(ctx, state, block, new_state)
+        _remember(ctx, state, block, new_state, skip_epoch=skip)
     return new_state
 
 
-def _remembered(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader) -> ChainState | None:
-    """The state a past successful check of ``checked`` (this very object) after ``state`` gave, if remembered."""
+def _memo_key(state: ChainState, checked: Block | BlockHeader, skip_epoch: int) -> tuple[object, ...]:
+    """A successor check is keyed by (state, object); a skip also by its epoch, so that it never answers a successor
+    check (which must refuse a block beyond ``state.height + 1``) nor a skip with another epoch."""
+    return (state, id(checked)) if not skip_epoch else (state, id(checked), skip_epoch)
+
+
+def _remembered(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader, *,
+                skip_epoch: int = 0) -> ChainState | None:
+    """The state a past successful check of ``checked`` (this very object) after ``state`` gave, if remembered
+    (``skip_epoch``: the epoch of a skip, 0 for a successor check)."""
     memo = ctx.block_memo
-    hit = None if memo is None else memo.get((state, id(checked)))
+    hit = None if memo is None else memo.get(_memo_key(state, checked, skip_epoch))
     return hit[1] if hit is not None and hit[0] is checked else None
 
 
-def _remember(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader, new_state: ChainState) -> None:
+def _remember(ctx: ChainContext, state: ChainState, checked: Block | BlockHeader, new_state: ChainState, *,
+              skip_epoch: int = 0) -> None:
     memo = ctx.block_memo
     if memo is not None:
-        memo[(state, id(checked))] = (checked, new_state)  # the entry keeps ``checked`` alive: its id stays unique
+        memo[_memo_key(state, checked, skip_epoch)] = (checked, new_state)  # keeps ``checked`` alive: its id stays unique
         while len(memo) > ctx.block_memo_max:
             memo.popitem(last=False)
 
@@ -511,10 +521,10 @@ def apply_header(
     ``state.committee`` too, and is taken without the headers between (skipping verification, as a CometBFT light
     client skips from a trusted validator set to a header it signed): the safety of a certified block, at most
     ``f`` faulty members in the committee, is all that vouches for the heights skipped. The caller passes the
-    ``next_committee`` that header must name. A skip is not remembered (the memo answers successor checks only).
+    ``next_committee`` that header must name. A skip is remembered apart from successor checks.
     """
-    skip = header.height != state.height + 1
-    hit = None if skip else _remembered(ctx, state, header)
+    skip = epoch if header.height != state.height + 1 else 0
+    hit = _remembered(ctx, state, header, skip_epoch=skip)
     if hit is not None:
         return hit
     _check_link(ctx, state, header, epoch=epoch)
@@ -529,8 +539,7 @@ def apply_header(
         model_digest=b"",
         state_digest=None,
     )
-    if not skip:
-        _remember(ctx, state, header, new)
+    _remember(ctx, state, header, new, skip_epoch=skip)
     return new
 
 

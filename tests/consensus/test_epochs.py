@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 
-from consensus import Commit, CommitHeader, Replica, Send, SendBlocks, decided_header_message, decided_message
+from consensus import KIND_HEADER_SYNC, Commit, CommitHeader, Replica, Send, SendBlocks, decided_header_message, decided_message
 from consensus.testing import Cluster
-from ledger import ChainError, SignatureError, apply_block, apply_header, genesis_state, make_certificate, same_epoch, sign_commit
+from ledger import ChainContext, ChainError, SignatureError, apply_block, apply_header, genesis_state, make_certificate, same_epoch, sign_commit
 
 E = 4
 
@@ -88,6 +88,17 @@ def test_apply_header_skips_within_an_epoch_only(cluster: Cluster) -> None:
         apply_header(c.ctx, states[1], chain[2].header, forged, next_committee=nxt(states[2]), epoch=E)
     with pytest.raises(ValueError, match="re-executed"):
         apply_block(c.ctx, states[4], chain[7], epoch=E, reexecutor=object())  # type: ignore[arg-type]
+
+    # a context that remembers checks (as a simulation's): a skip it remembered never answers a successor check
+    memo = ChainContext(c.genesis, block_memo=64)
+    assert apply_block(memo, states[4], chain[7], epoch=E) == states[8]
+    assert apply_block(memo, states[4], chain[7], epoch=E) == states[8]  # (a hit)
+    with pytest.raises(ChainError, match="expected height 5"):
+        apply_block(memo, states[4], chain[7])
+    got = apply_header(memo, states[1], chain[2].header, chain[2].certificate, next_committee=nxt(states[2]), epoch=E)
+    assert got == _followed(states[3])
+    with pytest.raises(ChainError, match="expected height 2"):
+        apply_header(memo, states[1], chain[2].header, chain[2].certificate, next_committee=nxt(states[2]))
 
 
 def _lazy(c: Cluster, me: str, state, *, needs=lambda st: False, epoch: int = E) -> Replica:
@@ -197,3 +208,23 @@ def test_a_lazy_member_in_the_committee_or_not_lazy_never_skips(cluster: Cluster
                 committee_epoch=2)
     with pytest.raises(ValueError, match="committee_epoch"):
         _lazy(c, member, states[0], epoch=0)
+
+
+def test_one_batch_of_headers_covers_header_batch_max_epochs(cluster: Cluster) -> None:
+    """Two headers per batch (``header_batch_max=2``) with epochs of 4: one request covers 8 heights, and a member
+    woken at height 10 needs one request (headers 4 and 8), then takes block 10 whole."""
+    c = cluster
+    chain, states = _chain(c), _states(c)
+    cfg = dataclasses.replace(c.config, header_batch_max=2)
+    me, server_id = _outsider(c), chain[9].header.proposer
+
+    def lazy(who: str, state, needs) -> Replica:
+        return Replica(ctx=c.ctx, key=c.keys[who], state=state, validate=lambda p: None, config=cfg,
+                       next_committee=c.expected_committee, needs_payload=needs, lazy=True, committee_epoch=E)
+
+    r = lazy(me, genesis_state(c.ctx), lambda st: st.height == 10)
+    fx = r.step(decided_message(chain[9]), sender=server_id)
+    asked, commits = _catch_up(c, r, lazy(server_id, states[10], lambda st: False), server_id, me, fx)
+    assert asked == [(KIND_HEADER_SYNC, 1)], "one request"
+    assert [(e.header if isinstance(e, CommitHeader) else e.block).height for e in commits] == [4, 8, 10]
+    assert r.chain_state == states[10]
