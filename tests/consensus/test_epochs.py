@@ -112,31 +112,17 @@ def _outsider(c: Cluster) -> str:
     return next(p for p in c.peers if all(p not in s.committee for s in states[:12]))
 
 
-def _catch_up(c: Cluster, r: Replica, server: Replica, server_id: str, me: str, fx: list) -> tuple[list, list]:
-    """Answer ``r``'s requests from ``server`` as a node does (``SendBlocks.heights()``, from its record); the
-    requests asked and the CommitHeader/Commit effects ``r`` gave."""
-    by_height = {b.height: b for b in _chain(c)}
-    asked, commits = [], [e for e in fx if isinstance(e, (CommitHeader, Commit))]
-    for _ in range(20):
-        sends = [e for e in fx if isinstance(e, Send)]
-        if not sends:
-            break
-        fx = []
-        for ask in sends:
-            assert ask.to == server_id
-            asked.append((ask.message.signed.kind, ask.message.signed.height))
-            for serve in [e for e in server.step(ask.message, sender=me) if isinstance(e, SendBlocks)]:
-                assert serve.to == me
-                for h in serve.heights():
-                    b = by_height[h]
-                    m = decided_header_message(c.keys[server_id], c.ctx.chain_id, b) if serve.headers else decided_message(b)
-                    got = r.step(m, sender=server_id) + r.resume()
-                    commits += [e for e in got if isinstance(e, (CommitHeader, Commit))]
-                    fx += got
-    return asked, commits
+def _catch_up(answer, c: Cluster, r: Replica, server: Replica, server_id: str, me: str,  # noqa: ANN001
+              fx: list) -> tuple[list, list]:
+    """Answer ``r``'s requests from ``server`` as a node does (``SendBlocks.heights()``, from its record; the server
+    may also act as a committee member); the requests asked and the CommitHeader/Commit effects ``r`` gave."""
+    asked, out = answer(c, r, server, server_id, me, fx, _chain(c), only_serves=False)
+    return asked, [e for e in out if isinstance(e, (CommitHeader, Commit))]
 
 
-def test_a_lazy_member_woken_two_epochs_later_checks_one_header_per_epoch(cluster: Cluster) -> None:
+def test_a_lazy_member_woken_two_epochs_later_checks_one_header_per_epoch(
+    cluster: Cluster, answer_requests  # noqa: ANN001
+) -> None:
     c = cluster
     chain, states = _chain(c), _states(c)
     me = _outsider(c)
@@ -151,7 +137,7 @@ def test_a_lazy_member_woken_two_epochs_later_checks_one_header_per_epoch(cluste
     assert serve.heights() == [4, 8, 10], "the last header of each epoch, and the server's last"
     assert SendBlocks(to=me, start=1, stop=11, headers=True).heights() == list(range(1, 11))
     server2 = _lazy(c, server_id, states[10])
-    asked, commits = _catch_up(c, r, server2, server_id, me, fx)
+    asked, commits = _catch_up(answer_requests, c, r, server2, server_id, me, fx)
     assert [(type(e).__name__, (e.header if isinstance(e, CommitHeader) else e.block).height) for e in commits] == [
         ("CommitHeader", 4), ("CommitHeader", 8), ("Commit", 10)], "two headers, then the block it needs whole"
     assert r.chain_state == states[10] and r.status().height == 11
@@ -210,7 +196,7 @@ def test_a_lazy_member_in_the_committee_or_not_lazy_never_skips(cluster: Cluster
         _lazy(c, member, states[0], epoch=0)
 
 
-def test_one_batch_of_headers_covers_header_batch_max_epochs(cluster: Cluster) -> None:
+def test_one_batch_of_headers_covers_header_batch_max_epochs(cluster: Cluster, answer_requests) -> None:  # noqa: ANN001
     """Two headers per batch (``header_batch_max=2``) with epochs of 4: one request covers 8 heights, and a member
     woken at height 10 needs one request (headers 4 and 8), then takes block 10 whole."""
     c = cluster
@@ -224,7 +210,7 @@ def test_one_batch_of_headers_covers_header_batch_max_epochs(cluster: Cluster) -
 
     r = lazy(me, genesis_state(c.ctx), lambda st: st.height == 10)
     fx = r.step(decided_message(chain[9]), sender=server_id)
-    asked, commits = _catch_up(c, r, lazy(server_id, states[10], lambda st: False), server_id, me, fx)
+    asked, commits = _catch_up(answer_requests, c, r, lazy(server_id, states[10], lambda st: False), server_id, me, fx)
     assert asked == [(KIND_HEADER_SYNC, 1)], "one request"
     assert [(e.header if isinstance(e, CommitHeader) else e.block).height for e in commits] == [4, 8, 10]
     assert r.chain_state == states[10]

@@ -271,7 +271,8 @@ def test_a_lazy_observer_holds_a_header_that_overtook_its_batch(cluster: Cluster
 
 
 @pytest.mark.parametrize("held", [True, False])
-def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster: Cluster, held: bool) -> None:
+def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster: Cluster, held: bool,
+                                                                       answer_requests) -> None:  # noqa: ANN001
     """Woken by a block beyond its height window, a lazy observer holds it (it is the block its host needs) and
     catches up to it by headers, batch after batch. A member that could not hold it (its buffer full, the block
     lost) catches up to the height its sender showed and then asks for that block whole."""
@@ -284,26 +285,12 @@ def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster
     server_id = chain[3].header.proposer
     server = Replica(ctx=c.ctx, key=c.keys[server_id], state=_state_after(c, 4), validate=lambda p: None, config=cfg,
                      next_committee=c.expected_committee, needs_payload=lambda st: False, lazy=True)
-    by_height = {b.height: b for b in chain}
     fx = r.step(decided_message(chain[3]), sender=server_id)
     assert r.status().buffered == 1
     if not held:
         r._buffer.clear()  # as if the buffer had no room for it
-    asked = []
-    for _ in range(10):  # the server answers each request as a node would (SendBlocks from its record)
-        sends = [e for e in fx if isinstance(e, Send)]
-        if not sends:
-            break
-        fx = []
-        for ask in sends:
-            assert ask.to == server_id
-            asked.append((ask.message.signed.kind, ask.message.signed.height))
-            for serve in server.step(ask.message, sender=me):
-                assert isinstance(serve, SendBlocks) and serve.to == me
-                for h in range(serve.start, serve.stop):
-                    b = by_height[h]
-                    m = decided_header_message(c.keys[server_id], c.ctx.chain_id, b) if serve.headers else decided_message(b)
-                    fx += r.step(m, sender=server_id) + r.resume()
+    # the server answers each request as a node would (SendBlocks from its record)
+    asked, _ = answer_requests(c, r, server, server_id, me, fx, chain)
     if held:
         assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3)]
     else:
