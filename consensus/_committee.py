@@ -333,8 +333,8 @@ def sample_committee(
 ) -> tuple[str, ...]:
     """A committee of ``size`` members ranked by ``H(domain ‖ seed ‖ id)``, skipping ``exclude``.
 
-    Coordinator mode's validators (DESIGN.md: sampled with the seed of block t−1, or fixed per epoch
-    with the epoch's first block hash as ``seed``). ``exclude`` holds members known not to be live
+    Coordinator mode's validators (DESIGN.md: sampled with the seed of block t−1, or fixed per epoch; with
+    ``committee_epoch`` the block that ends an epoch draws the next one, ``node._rounds.RoundRules.next_committee_coordinator``). ``exclude`` holds members known not to be live
     (e.g. with evidence against them), so the coordinator - the primary of this committee - is always
     drawn from live members. ``rule`` is one of :data:`SAMPLING_RULES` (``"draw"`` draws instead of ranking).
     Returns sorted ids.

@@ -1245,14 +1245,7 @@ class Replica:
                 self._duplicates += 1
                 return
             raise RemoteProtocolError("stale_height", f"decided block {b.height} < {self._h}")
-        if b.height > self._h and self._skips_to(b.height):
-            try:
-                state = verify_decided_block(self._ctx, self._state, b, epoch=self._epoch)
-            except LedgerError as e:
-                raise RemoteProtocolError("bad_certificate", str(e)) from None
-            self._decide(b, fx, state=state)
-            return
-        if b.height > self._h:
+        if b.height > self._h and not self._skips_to(b.height):
             self._note_ahead(b.height, sender, fx, decided=b.height)
             if b.height > self._h + self._cfg.height_window and not self._by_headers:
                 raise RemoteProtocolError("future_height", f"decided block {b.height}")
@@ -1262,8 +1255,8 @@ class Replica:
                 self._hold(b.height, 0, "", Message(block=b), sender)
             self._ask_block(sender, fx, headers=self._by_headers)
             return
-        try:
-            state = verify_decided_block(self._ctx, self._state, b)
+        try:  # the successor of this height, or (a skip) a later block of its committee epoch
+            state = verify_decided_block(self._ctx, self._state, b, epoch=self._epoch)
         except LedgerError as e:
             raise RemoteProtocolError("bad_certificate", str(e)) from None
         self._decide(b, fx, state=state)
@@ -1272,17 +1265,15 @@ class Replica:
         """A decided block announced by its header and certificate (``decided_header``). Taken as decided only by
         a replica outside the height's committee that can follow headers (``next_committee``) and whose host
         needs no payload; otherwise the sender is asked for the whole block. Checked as ``ledger.apply_header``
-        checks it: the certificate of the current committee proves the header."""
+        checks it: the certificate of the current committee proves the header (of this height, or with
+        ``committee_epoch`` a skip to a later height of this epoch)."""
         h = d.header.height
         if h < self._h:
             if self._lazy:  # the rest of a batch of headers, overtaken by the block this replica needed whole
                 self._duplicates += 1
                 return
             raise RemoteProtocolError("stale_height", f"decided header {h} < {self._h}")
-        if h > self._h and self._skips_to(h):
-            self._follow_header(d, sender, fx)
-            return
-        if h > self._h:
+        if h > self._h and not self._skips_to(h):
             self._note_ahead(h, sender, fx, decided=h)
             window = self._header_span if self._by_headers else self._cfg.height_window
             if h > self._h + window:  # (a lazy observer holds a batch of headers that arrives out of order)
@@ -1294,11 +1285,6 @@ class Replica:
         if self._in_committee or self._next_committee is None:
             self._ask_block(sender, fx)
             return
-        self._follow_header(d, sender, fx)
-
-    def _follow_header(self, d: DecidedHeader, sender: str | None, fx: list[Effect]) -> None:
-        """Take a decided header of this height, or (a skip) of a later height of this committee epoch."""
-        assert self._next_committee is not None
         hd = d.header
         before = self._state
         if hd.height > self._h:  # a skip: what the next committee is drawn from is the state before the header,

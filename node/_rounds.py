@@ -77,6 +77,7 @@ __all__ = [
     "RoundRules",
     "evidence_key",
     "proposal_evidence_key",
+    "check_host_params",
     "committee_epoch_of",
     "round_rng",
     "sampling_rule_of",
@@ -87,8 +88,6 @@ __all__ = [
 SAMPLING_SEED_KEY = "sampling_seed"
 """Reserved ``protocol.params`` key of :func:`sampling_seed_of` (one of ``learning``'s ``HOST_PARAM_KEYS``, which
 :func:`strategy_from_params` strips, so strategies never see it)."""
-if SAMPLING_SEED_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
-    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {SAMPLING_SEED_KEY!r}")
 
 
 def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") -> int | None:
@@ -126,8 +125,6 @@ def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") ->
 
 SAMPLING_RULE_KEY = "sampling_rule"
 """Reserved ``protocol.params`` key of :func:`sampling_rule_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
-if SAMPLING_RULE_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
-    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {SAMPLING_RULE_KEY!r}")
 
 
 def sampling_rule_of(params: Mapping[str, Any]) -> str:
@@ -150,8 +147,9 @@ def sampling_rule_of(params: Mapping[str, Any]) -> str:
 
 COMMITTEE_EPOCH_KEY = "committee_epoch"
 """Reserved ``protocol.params`` key of :func:`committee_epoch_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
-if COMMITTEE_EPOCH_KEY not in HOST_PARAM_KEYS:  # pragma: no cover - the two modules must agree
-    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {COMMITTEE_EPOCH_KEY!r}")
+_missing = {SAMPLING_SEED_KEY, SAMPLING_RULE_KEY, COMMITTEE_EPOCH_KEY} - HOST_PARAM_KEYS
+if _missing:  # pragma: no cover - the two modules must agree
+    raise ImportError(f"learning's HOST_PARAM_KEYS lacks {sorted(_missing)}")
 COMMITTEE_EPOCH_MAX = 1_000_000
 
 
@@ -183,6 +181,14 @@ def committee_epoch_of(params: Mapping[str, Any], *, mode: str) -> int:
             "committee from the round's scores"
         )
     return v
+
+
+def check_host_params(params: Mapping[str, Any], *, mode: str) -> None:
+    """Check every reserved host key of a ``protocol.params`` (:func:`sampling_seed_of`, :func:`sampling_rule_of`,
+    :func:`committee_epoch_of`); raises :class:`ConfigError` for the first bad one."""
+    sampling_seed_of(params, mode=mode)
+    sampling_rule_of(params)
+    committee_epoch_of(params, mode=mode)
 
 
 def seeded_sampling_hash(sampling_seed: int) -> bytes:

@@ -137,18 +137,11 @@ class ProtocolSection:
         _check(1 <= self.committee_size <= MEMBERS_MAX, f"committee_size must be in [1, {MEMBERS_MAX}]")
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
         self.timeouts()  # the genesis checks the same fields: fail when the file loads, not when the run starts
-        if "sampling_seed" in self.params:  # the round rules' reserved key: fail when the file loads
-            from node.core import sampling_seed_of  # noqa: PLC0415
+        # the round rules' reserved keys: fail when the file loads (node.core is imported only where one is set)
+        if {"sampling_seed", "sampling_rule", "committee_epoch"} & self.params.keys():
+            from node.core import check_host_params  # noqa: PLC0415
 
-            sampling_seed_of(self.params, mode=self.mode)  # ConfigError is a ValueError
-        if "sampling_rule" in self.params:
-            from node.core import sampling_rule_of  # noqa: PLC0415
-
-            sampling_rule_of(self.params)
-        if "committee_epoch" in self.params:
-            from node.core import committee_epoch_of  # noqa: PLC0415
-
-            committee_epoch_of(self.params, mode=self.mode)
+            check_host_params(self.params, mode=self.mode)  # ConfigError is a ValueError
 
     def timeouts(self) -> Timeouts:
         """The genesis ``protocol.timeouts`` of this section (``ledger.Timeouts`` validates them)."""
