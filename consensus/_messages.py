@@ -58,6 +58,7 @@ from ledger import (
     KeyPair,
     Payload,
     SignedMessage,
+    by_identity,
     sign_bytes,
 )
 from ledger import record as _record
@@ -401,22 +402,16 @@ def parse(message: Message) -> Parsed:
 
 
 _HEADERS_KEPT = 1024
-_headers: dict[int, tuple[SignedMessage, DecidedHeader]] = {}
-"""The last parsed ``decided_header`` messages, by the identity of their (immutable, decoded) signed part:
-thousands of members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``), and the
-members that catch up from one sender are sent the same signed headers, over as many heights as they slept
-(``Replica(lazy=True)``: about members / clients heights each). A few MB at most."""
 
 
+@by_identity(_HEADERS_KEPT)
 def _decided_header(signed: SignedMessage) -> DecidedHeader:
-    hit = _headers.get(id(signed))
-    if hit is not None and hit[0] is signed:
-        return hit[1]
-    parsed = _parse_decided_header(signed)
-    if len(_headers) >= _HEADERS_KEPT:
-        _headers.pop(next(iter(_headers)), None)
-    _headers[id(signed)] = (signed, parsed)  # the entry keeps ``signed`` alive: its id stays unique
-    return parsed
+    """The last parsed ``decided_header`` messages are remembered by the identity of their (immutable, decoded)
+    signed part: thousands of members of a simulation receive one announcement, decoded once
+    (``node.EnvelopeDecoder``), and the members that catch up from one sender are sent the same signed headers,
+    over as many heights as they slept (``Replica(lazy=True)``: about members / clients heights each). A few MB
+    at most."""
+    return _parse_decided_header(signed)
 
 
 def _parse_decided_header(signed: SignedMessage) -> DecidedHeader:

@@ -46,7 +46,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import decode, encode, freeze, record
+from ledger._encoding import by_identity, decode, encode, freeze, record
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -141,6 +141,7 @@ __all__ = [
     "check_evidence",
     "commit_sign_bytes",
     "content_digest",
+    "by_identity",
     "decode",
     "decode_block",
     "encode",

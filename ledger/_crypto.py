@@ -98,14 +98,21 @@ def hash_tagged(tag: bytes, data: bytes) -> bytes:
     return h.digest()
 
 
+_B58_PAIRS = tuple(a + b for a in _B58_ALPHABET for b in _B58_ALPHABET)
+"""Two base-58 digits for each value below 58²: one big-number division per two digits (a simulation derives
+and checks the peer ids of 10,000 members)."""
+
+
 def _b58encode(data: bytes) -> str:
     n = int.from_bytes(data, "big")
     out = []
+    pairs = _B58_PAIRS
     while n:
-        n, r = divmod(n, 58)
-        out.append(_B58_ALPHABET[r])
+        n, r = divmod(n, 58 * 58)
+        out.append(pairs[r])
+    body = "".join(reversed(out)).lstrip("1")  # (a top pair below 58 begins with the digit zero)
     pad = len(data) - len(data.lstrip(b"\x00"))
-    return "1" * pad + "".join(reversed(out))
+    return "1" * pad + body
 
 
 def _b58decode(text: str) -> bytes:

@@ -22,6 +22,7 @@ types, so a peer can never smuggle extra keys or a ``True`` where an ``int`` is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -36,6 +37,7 @@ __all__ = [
     "DEPTH_MAX",
     "ENCODED_BYTES_MAX",
     "Value",
+    "by_identity",
     "decode",
     "decode_record",
     "encode",
@@ -220,6 +222,31 @@ object). Holding the record keeps its ``id`` from being reused while it is in th
 _ENCODED_MAX = 1024
 _ENCODED_ITEM_MAX = 16384
 """Bigger encodings (update packets with their blobs) are not kept: packing them is a copy, not a walk."""
+
+
+def by_identity(size: int) -> Callable[[Callable[[Any], T]], Callable[[Any], T]]:
+    """Remember a pure function of one frozen record by the record's identity, as :data:`_ENCODED` does: the last
+    ``size`` records are held, so an ``id`` is not reused while it is remembered. For results that walk a big
+    record more than once per process, e.g. the hash and the first committee of a genesis of 10,000 members."""
+
+    def wrap(fn: Callable[[Any], T]) -> Callable[[Any], T]:
+        memo: dict[int, tuple[Any, T]] = {}
+
+        @functools.wraps(fn)
+        def remembered(obj: Any) -> T:
+            hit = memo.get(id(obj))
+            if hit is not None and hit[0] is obj:
+                return hit[1]
+            out = fn(obj)
+            if len(memo) >= size:
+                del memo[next(iter(memo))]
+            memo[id(obj)] = (obj, out)
+            return out
+
+        return remembered
+
+    return wrap
+
 
 _Path = Any
 """Where a value sits in the record being decoded, for error messages only: a str (the root), or

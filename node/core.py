@@ -683,6 +683,12 @@ class NodeCore:
     def replica(self) -> Replica:
         return self._replica
 
+    @property
+    def lazy(self) -> bool:
+        """Does ``lazy_outsiders`` apply to this node (it was asked for, and the genesis allows it: coordinator mode,
+        no staleness window, not ``models_for_all``)? The same for every node of one configuration."""
+        return self._lazy
+
     def servable(self, digest: bytes) -> bytes | None:
         """A blob this node hands out to a peer that asks for it by digest (a host's own fetch protocol; the
         simulator's nodes answer ``want`` messages from the same source), or None."""

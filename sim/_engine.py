@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from consensus import ReplicaConfig
+from consensus import LocalProtocolError, ReplicaConfig
 from ledger import (
     ChainContext,
     Genesis,
@@ -190,20 +190,73 @@ class _Adversary(Behavior):
 
 
 
+class _Members(Mapping[str, NodeCore]):
+    """Every member's node core by peer id, each made when first asked for (``make(pid)``).
+
+    A member in ``deferred`` is one whose node would do nothing from the genesis until a message wakes it: a
+    lazy member (``NodeCore.lazy``) with no role at height 1 (``NodeCore.dormant``). Its node is made at its first
+    input, in the very state it would have slept in since the start (the genesis; :meth:`_Sleepers.wake` then skips
+    its clock to the ticks so far), so making it late changes no outcome; it is checked where it is made
+    (``start()`` gives no effect and the node is dormant) and refused otherwise. A member that never gets a role
+    never costs a node, so a run's memory grows with the members that take part (issue 16 item 4), not with the
+    members. Iterating makes every node (tests that look at all of them); :meth:`made` does not."""
+
+    __slots__ = ("_peers", "_known", "_made", "_make", "deferred")
+
+    def __init__(self, peers: Sequence[str], make: Callable[[str], NodeCore]) -> None:
+        self._peers = tuple(peers)
+        self._known = frozenset(self._peers)
+        self._made: dict[str, NodeCore] = {}
+        self._make = make
+        self.deferred: frozenset[str] = frozenset()
+
+    def __getitem__(self, pid: str) -> NodeCore:
+        node = self._made.get(pid)
+        if node is None:
+            if pid not in self._known:
+                raise KeyError(pid)
+            node = self._made[pid] = self._make(pid)
+            if pid in self.deferred:
+                fx = node.start()
+                if fx or not node.dormant():
+                    raise LocalProtocolError(f"member {pid} was deferred but acts at the genesis: {fx!r:.200}")
+        return node
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._known
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._peers)
+
+    def __len__(self) -> int:
+        return len(self._peers)
+
+    def made(self) -> list[NodeCore]:
+        """The nodes made so far (a deferred member not woken yet has none: it did nothing)."""
+        return list(self._made.values())
+
+
 class _Sleepers:
     """Which members the event loop ticks: the awake ones, in member order. A member whose next ticks do
     nothing (``NodeCore.idle_ticks``) sleeps from the tick count it has seen; :meth:`wake` skips the ticks it
     missed (``NodeCore.skip_ticks``) before it gets an input, and :meth:`tick` wakes it, caught up, at the tick
     where it may act. Sleeping changes no outcome: a skipped tick is one that would have only counted."""
 
-    def __init__(self, peers: Sequence[str], nodes: Mapping[str, NodeCore], *, enabled: bool) -> None:
+    def __init__(
+        self, peers: Sequence[str], nodes: Mapping[str, NodeCore], *, enabled: bool, asleep: frozenset[str] = frozenset()
+    ) -> None:
+        """``asleep``: members asleep from the start until an input wakes them (:class:`_Members`' deferred ones:
+        their node is made when woken), with no alarm."""
+        if asleep and not enabled:
+            raise ValueError("members asleep from the start need sleeping enabled")
         self._nodes = nodes
         self._order = {p: i for i, p in enumerate(peers)}
         self._enabled = enabled
         self._ticks = 0  # tick events so far: the clock of every awake member
-        self._awake: set[str] = set(peers)
+        self._awake: set[str] = set(peers) - asleep
         self._sorted: list[tuple[str, NodeCore]] | None = None
-        self._asleep: dict[str, tuple[int, int]] = {}  # member -> (the tick count it has seen, the tick it may act at)
+        # member -> (the tick count it has seen, the tick it may act at: -1 for none, until an input wakes it)
+        self._asleep: dict[str, tuple[int, int]] = dict.fromkeys(asleep, (0, -1))
         self._alarms: list[tuple[int, int, str]] = []  # (tick it may act at, order, member); stale entries skipped
 
     def tick(self) -> list[tuple[str, NodeCore]]:
@@ -359,26 +412,34 @@ class Simulation:
             store.put(theta0_blob)
             return store
 
+        def make(pid: str) -> NodeCore:
+            return NodeCore(
+                genesis=self.genesis,
+                key=self.keys[pid],
+                initial_model=self.theta0,
+                blobs=blob_store(),
+                behavior=_Adversary(self, pid),
+                replica_config=replica_config,
+                ctx=ctx,
+                public=self.public_eval,
+                decoder=self._decoder,
+                rules=rules,
+                state=state0,
+                models_for_all=models_for_all,
+                headers_for_outsiders=scenario.network.outsiders == "headers",
+                lazy_outsiders=scenario.network.outsiders == "lazy",
+            )
+
+        self.nodes = _Members(self.peers, make)
+        # Lazy members without a role at height 1 sleep from the start until a message wakes them: their nodes are
+        # made then (_Members). Not under a fault plan, where no member sleeps (see _loop).
+        if self.nodes[self.peers[0]].lazy and not self.fault_plan:
+            first = rules.plan(state0, rules.new_history()).participants
+            self.nodes.deferred = frozenset(self.peers) - first - {self.peers[0]}
         with _rare_collections():
-            self.nodes = {
-                pid: NodeCore(
-                    genesis=self.genesis,
-                    key=self.keys[pid],
-                    initial_model=self.theta0,
-                    blobs=blob_store(),
-                    behavior=_Adversary(self, pid),
-                    replica_config=replica_config,
-                    ctx=ctx,
-                    public=self.public_eval,
-                    decoder=self._decoder,
-                    rules=rules,
-                    state=state0,
-                    models_for_all=models_for_all,
-                    headers_for_outsiders=scenario.network.outsiders == "headers",
-                    lazy_outsiders=scenario.network.outsiders == "lazy",
-                )
-                for pid in self.peers
-            }
+            for pid in self.peers:
+                if pid not in self.nodes.deferred:
+                    self.nodes[pid]
         # --- network and bookkeeping
         self._net_rng = self._rng.child("network").python()
         self._setup_links()
@@ -944,8 +1005,10 @@ class Simulation:
         return undo
 
     def _loop(self) -> None:
+        deferred = self.nodes.deferred  # (their start() is called where their node is made)
         for pid in self.peers:
-            self._apply(pid, self.nodes[pid].start())
+            if pid not in deferred:
+                self._apply(pid, self.nodes[pid].start())
         self._push(self._tick_us, "tick", None)
         p = self.sc.protocol
         # pBFT doubles its timers per view up to 2**4 (consensus.ReplicaConfig.backoff_exponent_max): a height that
@@ -959,7 +1022,7 @@ class Simulation:
         # before its next input, or at the tick where it may act. The awake ones tick in member order, as all
         # did before, so the trace is the same; a member outside the round costs nothing between its messages.
         # Not under a fault plan: a dropped member misses ticks there, which a catch-up would count.
-        sleeper = _Sleepers(self.peers, self.nodes, enabled=not faults)
+        sleeper = _Sleepers(self.peers, self.nodes, enabled=not faults, asleep=deferred)
         while self._written < self.sc.rounds:
             if not self._queue:
                 raise LivenessError(f"the event queue ran dry at height {self._written + 1}; reproduce: seed {self.sc.seed}")
@@ -999,7 +1062,7 @@ class Simulation:
                 )
 
     def _result(self) -> SimResult:
-        views = sum(n.replica.status().view_changes for n in self.nodes.values())
+        views = sum(n.replica.status().view_changes for n in self.nodes.made())
         final = next((m.accuracy for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan)
         return SimResult(
             scenario=self.sc,

@@ -28,6 +28,20 @@ def test_peer_id_equals_py_libp2p_peer_id():
         assert public_key_from_peer_id(k.peer_id) == k.public_key
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=48) | st.binary(max_size=6).map(lambda b: b"\x00" * 3 + b))
+def test_base58_equals_the_reference_encoder(data):
+    """Our encoder (two digits per division) against the ``base58`` package py-libp2p depends on, leading zero
+    bytes and top digits of zero included; and decoding inverts it."""
+    import base58
+
+    from ledger._crypto import _b58decode, _b58encode
+
+    text = _b58encode(data)
+    assert text == base58.b58encode(data).decode()
+    assert _b58decode(text) == data
+
+
 @pytest.mark.parametrize("bad", ["", "12D3KooW", "0OIl" * 12, "QmYyQSo1c1Ym7orWxLYvCrM2EmxFTANf8wXmmE7DWjhx5N", 5])
 def test_bad_peer_ids(bad):
     with pytest.raises(DecodeError):

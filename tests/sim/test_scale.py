@@ -265,6 +265,46 @@ def test_lazy_members_outside_the_round_receive_nothing_and_catch_up_when_a_role
         _scale(300, 1, outsiders="lazy", model_push="all")
 
 
+def test_a_member_without_a_role_costs_no_node_until_a_message_wakes_it():
+    """With lazy members the simulator makes a member's node at its first input (``sim._engine._Members``): the
+    nodes made are those of round 1's members and of the members a message reached, no others; and the run is
+    the one in which every node is made at the start (same ledger head, traffic and acceptance). A member deferred
+    wrongly (one with a role at height 1) is refused where its node is made."""
+    sc = _scale(300, 6, outsiders="lazy")
+    s = Simulation(sc, workers=0)
+    deferred = s.nodes.deferred
+    assert 300 - len(deferred) < 40  # round 1's 20 clients and 7 validators, and the member made to ask .lazy
+    assert len(s.nodes.made()) == 300 - len(deferred)
+    reached: dict[str, set[int]] = {}  # member -> the sender's heights of the messages sent to it
+    send = s._send
+
+    def watch(frm, fx, *, tampered=False):
+        if isinstance(fx, Transmit):
+            reached.setdefault(fx.to, set()).add(s.nodes[frm].chain_state.height)
+        send(frm, fx, tampered=tampered)
+
+    s._send = watch
+    res = s.run()
+    made = {n.peer_id for n in s.nodes.made()}
+    assert made - (set(s.peers) - deferred) <= set(reached)
+    # reached but not made: only by the last block's push to round 7's members, still in flight when the run ended
+    assert all(reached[p] == {6} for p in (deferred & set(reached)) - made)
+    assert len(made) < 250  # 6 rounds of 20 clients: many of the 300 never get a role
+    every = Simulation(sc, workers=0)
+    every.nodes.deferred = frozenset()  # every node made and started at the start, as before
+    again = every.run()
+    assert len(every.nodes.made()) == 300
+    assert again.head_hash == res.head_hash
+    assert again.traffic_by_round == res.traffic_by_round and again.acceptance == res.acceptance
+    wrong = Simulation(sc, workers=0)
+    trainer = next(iter(wrong.nodes[wrong.peers[0]].status().trainers))
+    wrong = Simulation(sc, workers=0)
+    wrong.nodes.deferred = frozenset({trainer})
+    wrong.nodes._made.pop(trainer)  # (made at set-up as a member of round 1: make it again, deferred)
+    with pytest.raises(LocalProtocolError, match="deferred but acts at the genesis"):
+        wrong.nodes[trainer]
+
+
 def test_lazy_members_that_sleep_hold_no_blobs_of_their_past_rounds(tmp_path):
     """A member outside the round sheds what its past rounds left it (``NodeCore.shed``): the blobs held by all
     members stop growing with the rounds, a dormant member holds its head's model at most, and nothing a later
