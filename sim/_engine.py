@@ -458,6 +458,9 @@ class Simulation:
         self.diverged_jobs = 0
         self._diverged_by_round: dict[int, int] = {}
         self._last_upload: dict[str, np.ndarray] = {}
+        """Each trainer's last upload, what an equivocating sender varies (:meth:`_equivocate`): kept only under
+        an ``equivocate`` fault (one upload per member that ever trained: 50 MB at 10,000 members)."""
+        self._equivocators = any(f.kind == "equivocate" for _, f in self._faults)
         self.evidence_seen: set[bytes] = set()
         self._round_jobs: dict[int, list[tuple[str, Any]]] = {}
         self._interrupted: int = 0  # the stop signal taken (SIGINT or SIGTERM), 0 while running
@@ -859,7 +862,8 @@ class Simulation:
                 self.diverged_jobs += 1
                 self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
                 return
-        self._last_upload[peer] = delta
+        if self._equivocators:
+            self._last_upload[peer] = delta
         if job.purpose == PURPOSE_UPDATE and self._pool.active:  # (kept for the preview: only with workers)
             self._uploads.setdefault(job.fl_round, {})[peer] = (n, delta)
         self._apply(peer, self.nodes[peer].on_training_done(job, TrainResult(delta, n)))

@@ -290,6 +290,7 @@ def test_a_member_without_a_role_costs_no_node_until_a_message_wakes_it():
     # reached but not made: only by the last block's push to round 7's members, still in flight when the run ended
     assert all(reached[p] == {6} for p in (deferred & set(reached)) - made)
     assert len(made) < 250  # 6 rounds of 20 clients: many of the 300 never get a role
+    assert not s._last_upload  # each trainer's last upload is kept for an equivocate fault only
     every = Simulation(sc, workers=0)
     every.nodes.deferred = frozenset()  # every node made and started at the start, as before
     again = every.run()
