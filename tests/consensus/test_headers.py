@@ -274,27 +274,34 @@ def test_a_lazy_observer_holds_a_header_that_overtook_its_batch(cluster: Cluster
 def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster: Cluster, held: bool,
                                                                        answer_requests) -> None:  # noqa: ANN001
     """Woken by a block beyond its height window, a lazy observer holds it (it is the block its host needs) and
-    catches up to it by headers, batch after batch. A member that could not hold it (its buffer full, the block
-    lost) catches up to the height its sender showed and then asks for that block whole."""
+    catches up to it by headers, batch after batch. A member that could not hold it (here its buffer full, taken
+    by a header that came first) catches up to the height its sender showed and then asks for that block whole."""
     c = cluster
     chain = _chain(c)
     me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))
     cfg = dataclasses.replace(c.config, height_window=2, sync_batch_max=1, header_batch_max=1)
-    r = Replica(ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), validate=lambda p: None, config=cfg,
+    # (not held: a buffer of one message, taken by a header that came first)
+    mine = cfg if held else dataclasses.replace(cfg, buffered_messages_max=1)
+    r = Replica(ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), validate=lambda p: None, config=mine,
                 next_committee=c.expected_committee, needs_payload=lambda st: st.height == 4, lazy=True)
     server_id = chain[3].header.proposer
     server = Replica(ctx=c.ctx, key=c.keys[server_id], state=_state_after(c, 4), validate=lambda p: None, config=cfg,
                      next_committee=c.expected_committee, needs_payload=lambda st: False, lazy=True)
-    fx = r.step(decided_message(chain[3]), sender=server_id)
+    fx = []
+    if not held:
+        fx += r.step(decided_header_message(c.keys[server_id], c.ctx.chain_id, chain[1]), sender=server_id)
+        assert r.status().buffered == 1
+    fx += r.step(decided_message(chain[3]), sender=server_id)
     assert r.status().buffered == 1
     if not held:
-        r._buffer.clear()  # as if the buffer had no room for it
+        assert r.status().dropped == {"buffer_full": 1}  # the block: no room
     # the server answers each request as a node would (SendBlocks from its record)
     asked, _ = answer_requests(c, r, server, server_id, me, fx, chain)
     if held:
         assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3)]
     else:
-        assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 2, 3, 4)] + [("sync_request", 4)]
+        # (header 2, held, follows header 1 at once: no request for it)
+        assert asked == [(KIND_HEADER_SYNC, h) for h in (1, 3, 4)] + [("sync_request", 4)]
     assert r.status().height == 5 and r.chain_state == _state_after(c, 4)
 
 
