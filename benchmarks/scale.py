@@ -2,7 +2,8 @@
 
     python benchmarks/scale.py [--members 1000 10000] [--rounds 20] [--scenario scenarios/scale_10k.toml]
                                [--workers 0] [--no-ledger] [--models-for-all | --blocks | --outsiders MODE]
-                               [--sampling rank|draw] [--epoch E] [--root DIR] [--json out.json]
+                               [--sampling rank|draw] [--epoch E] [--root DIR] [--repeat N]
+                               [--baseline DIR [--baseline-scenario FILE]] [--json out.json]
 
 Runs the scenario (default ``scenarios/scale_10k.toml``: coordinator-mode FedAvg, 100 clients sampled per round,
 a committee of 7, the digits MLP) once per member count, each in a fresh process (so that its peak memory is its
@@ -31,6 +32,12 @@ be timed and taken out: per round,
 needs a tree that knows its keys: ``data.local_datasets``, ``network.outsiders``; pass an older scenario file with
 ``--scenario``). Prints a table and the growth from the first member count to
 the last; ``--json`` writes every figure.
+
+``--repeat N`` runs every member count N times, interleaved (1,000, 10,000, 1,000, 10,000, ...), and reports each
+repetition's growth with the median and range: one run's ratio moves by ±15 % on a shared 2-core machine.
+``--baseline DIR`` runs another checkout before this one in every repetition (an A/B on the same machine state;
+``--baseline-scenario`` names its scenario file, default: the same file name in it) and summarizes each tree apart.
+Every summary lists the ledger heads per member count, which must be the same in every repetition.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,9 +141,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, members: int, root: Path | None = None, scenario: Path | None = None) -> dict[str, Any]:
+    """One member count in a fresh process, with the sim/ of ``root`` (default ``--root``) and ``scenario``."""
+    root = args.root if root is None else root
+    scenario = args.scenario if scenario is None else scenario
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(members), "--rounds", str(args.rounds),
-           "--scenario", str(args.scenario), "--workers", str(args.workers)]
+           "--scenario", str(scenario), "--workers", str(args.workers)]
     if args.no_ledger:
         cmd.append("--no-ledger")
     if args.models_for_all:
@@ -148,8 +159,11 @@ def run_one(args: argparse.Namespace, members: int) -> dict[str, Any]:
         cmd += ["--sampling", args.sampling]
     if args.epoch:
         cmd += ["--epoch", str(args.epoch)]
-    env = dict(os.environ, PYTHONPATH=str(args.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run(cmd, env=env, cwd=str(args.root), check=True, capture_output=True, text=True)
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(cmd, env=env, cwd=str(root), capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = "\n".join(out.stderr.strip().splitlines()[-5:])
+        raise SystemExit(f"the run of {members} members (sim from {root}) failed, exit {out.returncode}:\n{tail}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -171,6 +185,12 @@ def main() -> None:
     ap.add_argument("--epoch", type=int,
                     help="rounds per committee (protocol.params.committee_epoch; default: the scenario's)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose sim/ runs (default: this one)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every member count this many times, interleaved, and report the median and range")
+    ap.add_argument("--baseline", type=Path,
+                    help="another checkout to run before this one in every repetition (an A/B; its scenario file "
+                         "is --baseline-scenario, default: the same name in it)")
+    ap.add_argument("--baseline-scenario", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="write every figure here")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -179,32 +199,70 @@ def main() -> None:
         sys.path.insert(0, str(Path.cwd()))
         print(json.dumps(child(args)))
         return
-    rows = []
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    trees: list[tuple[str, Path, Path]] = [("", args.root.resolve(), args.scenario)]
+    if args.baseline is not None:
+        base = args.baseline.resolve()
+        base_scenario = (args.baseline_scenario or base / "scenarios" / args.scenario.name).resolve()
+        trees = [("baseline", base, base_scenario), ("this", args.root.resolve(), args.scenario)]
     print(f"{args.scenario.name}, {args.rounds} rounds, workers={args.workers}, ledger={'off' if args.no_ledger else 'on'}, "
           f"models to {'all' if args.models_for_all else 'the next round'}, "
           f"outsiders get {'blocks' if args.blocks or args.models_for_all else args.outsiders or 'the scenario says'}, "
           f"sampling {args.sampling or 'as the scenario says'}, committee epoch {args.epoch or 'as the scenario says'}, "
-          f"sim from {args.root}")
-    head = (f"{'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
+          + ", ".join(f"{label or 'sim'} from {root}" for label, root, _ in trees)
+          + (f", {args.repeat} repetitions interleaved" if args.repeat > 1 else ""))
+    head = (f"{'tree':>8} {'rep':>3} {'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
             f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")
     print(head)
-    for m in args.members:
-        r = run_one(args, m)
-        rows.append(r)
-        kinds = " ".join(f"{k}={v['bytes'] / 1e6:.2f}" for k, v in r["traffic_per_round"].items())
-        print(f"{r['members']:>8} {r['clients_per_round']:>7} {r['import_and_setup_s']:>8.2f} {r['wall_per_round_s']:>12.3f} "
-              f"{r['train_per_round_s']:>13.3f} {r['framework_ms_per_client']:>19.2f} "
-              f"{r['framework_cpu_ms_per_client']:>13.2f} {r['peak_rss_mb']:>11.0f} {r['bytes_per_round'] / 1e6:>9.1f}  {kinds}",
-              flush=True)
-    if len(rows) > 1:
-        a, b = rows[0], rows[-1]
-        print(f"{b['members']} vs {a['members']} members ({b['members'] / a['members']:.0f}x): "
-              f"wall/round {b['wall_per_round_s'] / a['wall_per_round_s']:.2f}x, "
-              f"framework per client-round {b['framework_ms_per_client'] / a['framework_ms_per_client']:.2f}x "
-              f"(cpu {b['framework_cpu_ms_per_client'] / a['framework_cpu_ms_per_client']:.2f}x), "
-              f"peak RSS {b['peak_rss_mb'] / a['peak_rss_mb']:.2f}x, bytes/round {b['bytes_per_round'] / a['bytes_per_round']:.2f}x")
+    rows = []
+    for rep in range(1, args.repeat + 1):
+        for label, root, scenario in trees:
+            for m in args.members:
+                r = dict(run_one(args, m, root, scenario), tree=label or "this", rep=rep)
+                rows.append(r)
+                kinds = " ".join(f"{k}={v['bytes'] / 1e6:.2f}" for k, v in r["traffic_per_round"].items())
+                print(f"{label:>8} {rep:>3} {r['members']:>8} {r['clients_per_round']:>7} {r['import_and_setup_s']:>8.2f} "
+                      f"{r['wall_per_round_s']:>12.3f} {r['train_per_round_s']:>13.3f} {r['framework_ms_per_client']:>19.2f} "
+                      f"{r['framework_cpu_ms_per_client']:>13.2f} {r['peak_rss_mb']:>11.0f} {r['bytes_per_round'] / 1e6:>9.1f}  "
+                      f"{kinds}", flush=True)
+    if len(args.members) > 1:
+        for label, _, _ in trees:
+            print(growth_summary([r for r in rows if r["tree"] == (label or "this")], args.members, label))
     if args.json:
         args.json.write_text(json.dumps({"scenario": str(args.scenario), "rows": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+def growth_summary(rows: list[dict[str, Any]], members: list[int], label: str = "") -> str:
+    """From the first member count to the last, per repetition: framework cost per client-round (wall and CPU),
+    wall per round, peak RSS, bytes per round; the median and range over repetitions where there are several."""
+    lo, hi = members[0], members[-1]
+    by_rep: dict[int, dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by_rep.setdefault(r["rep"], {})[r["members"]] = r
+    pairs = [(reps[lo], reps[hi]) for reps in by_rep.values() if lo in reps and hi in reps]
+
+    def ratios(key: str) -> list[float]:
+        return [b[key] / a[key] for a, b in pairs]
+
+    def show(values: list[float], unit: str = "x", fmt: str = ".2f") -> str:
+        if len(values) == 1:
+            return f"{values[0]:{fmt}}{unit}"
+        return (f"median {statistics.median(values):{fmt}}{unit} (range {min(values):{fmt}}-{max(values):{fmt}}{unit}, "
+                f"{len(values)} repetitions: {', '.join(f'{v:{fmt}}' for v in values)})")
+
+    out = [f"{label + ': ' if label else ''}{hi} vs {lo} members ({hi / lo:.0f}x):",
+           f"  framework per client-round {show(ratios('framework_ms_per_client'))}",
+           f"  (cpu {show(ratios('framework_cpu_ms_per_client'))})",
+           f"  cost at {lo}: {show([a['framework_ms_per_client'] for a, _ in pairs], ' ms')}",
+           f"  cost at {hi}: {show([b['framework_ms_per_client'] for _, b in pairs], ' ms')}",
+           f"  wall/round {show(ratios('wall_per_round_s'))}",
+           f"  peak RSS {show(ratios('peak_rss_mb'))}, bytes/round {show(ratios('bytes_per_round'))}"]
+    for m in members:  # the same seed must give the same ledger in every repetition
+        heads = sorted({r["head"][:16] for r in rows if r["members"] == m})
+        runs = sum(1 for r in rows if r["members"] == m)
+        out.append(f"  heads at {m}: {', '.join(heads)} ({runs} run{'' if runs == 1 else 's'}{'' if len(heads) == 1 else ': NOT THE SAME'})")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
