@@ -291,7 +291,7 @@ class _Round:
     member of a simulation makes one per height."""
 
     __slots__ = ("plan", "start_tick", "trained", "reference", "reference_digest", "updates", "rows", "row_sent",
-                 "proposal_request", "proposed_views")
+                 "proposal_request", "proposed_views", "nudged")
 
     def __init__(self, plan: RoundPlan, start_tick: int) -> None:
         self.plan = plan
@@ -305,6 +305,7 @@ class _Round:
         self.row_sent = False
         self.proposal_request: tuple[int, int] | None = None
         self.proposed_views: set[int] = set()
+        self.nudged = False  # (lazy members: the block before this height sent again to the clients not heard from)
 
 
 class NodeCore:
@@ -378,7 +379,8 @@ class NodeCore:
         message shows it a later height (the block its proposer pushes it before a round where it has a role),
         then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
         A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
-        through then. Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
+        through then. The push that wakes a client may be lost: the primary of its round sends it again once, half
+        way to the collect deadline, to the clients it has no update from (:meth:`_maybe_nudge`). Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
         call :meth:`shed` when such a member sleeps (the simulator does): it then keeps its head's model at most.
         A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
         (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
@@ -743,6 +745,7 @@ class NodeCore:
 
     def _progress(self) -> None:
         self._maybe_score()
+        self._maybe_nudge()
         self._maybe_propose()
 
     def _collect_due(self) -> bool:
@@ -1130,10 +1133,9 @@ class NodeCore:
         the strategy aggregates stale updates (a later validator needs their base models)."""
         return self._models_for_all or self._rules.staleness > 0 or self._me in plan.participants
 
-    def _push_decided(self, block: Block, committee: Sequence[str], plan: RoundPlan) -> None:
-        """The proposer sends the decided block to every member outside the committee, and the new model (and
-        strategy state) to those of them that need it at the next height (``plan``; every one of them with
-        ``models_for_all``)."""
+    def _push_data(self, block: Block) -> tuple[bytes, bytes | None]:
+        """What a push of ``block`` sends: the decided block's message, and the envelope of its model (and strategy
+        state) if this node holds them."""
         cached = self._validated.get(block.payload.model_digest)
         model_blob = cached[1] if cached is not None else self._blob(block.payload.model_digest)
         block_data = self._pbft_bytes(decided_message(block))
@@ -1143,6 +1145,37 @@ class NodeCore:
         if state_blob is not None:
             pushed.append(state_blob)
         model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None  # type: ignore[attr-defined]
+        return block_data, model_data
+
+    def _maybe_nudge(self) -> None:
+        """With ``lazy_outsiders``: once per height, half way to the collect deadline, the primary of view 0 sends the
+        block before this height (and its model) again to the sampled clients outside the committee it holds no
+        update from. A lazy trainer learns of its role only from that block's push (it sleeps until a message wakes
+        it), so without this a lost push costs the round that client's update; a client that has the block
+        already counts it as a duplicate. No retry in a round where every update came in time."""
+        r = self._round
+        if not self._lazy or r.nudged or r.proposal_request != (r.plan.height, 0):
+            return
+        if self._now < r.start_tick + max(1, self._collect // 2):
+            return
+        r.nudged = True
+        h = r.plan.height
+        committee = set(r.plan.committee)
+        missing = [t for t in r.plan.trainers if t not in committee and (t, h) not in r.updates]
+        block = self._decided.get(h - 1) if missing else None
+        if block is None:
+            return
+        block_data, model_data = self._push_data(block)
+        for p in missing:
+            self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
+            if model_data is not None:
+                self._out.append(Transmit(to=p, data=model_data, kind="model"))
+
+    def _push_decided(self, block: Block, committee: Sequence[str], plan: RoundPlan) -> None:
+        """The proposer sends the decided block to every member outside the committee, and the new model (and
+        strategy state) to those of them that need it at the next height (``plan``; every one of them with
+        ``models_for_all``)."""
+        block_data, model_data = self._push_data(block)
         inside = set(committee)
         needy = None if self._models_for_all or self._rules.staleness > 0 else plan.participants
         header_data = None
