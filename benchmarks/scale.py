@@ -201,7 +201,7 @@ def main() -> None:
         return
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
-    trees: list[tuple[str, Path, Path]] = [("", args.root.resolve(), args.scenario)]
+    trees: list[tuple[str, Path, Path]] = [("this", args.root.resolve(), args.scenario)]
     if args.baseline is not None:
         base = args.baseline.resolve()
         base_scenario = (args.baseline_scenario or base / "scenarios" / args.scenario.name).resolve()
@@ -210,7 +210,7 @@ def main() -> None:
           f"models to {'all' if args.models_for_all else 'the next round'}, "
           f"outsiders get {'blocks' if args.blocks or args.models_for_all else args.outsiders or 'the scenario says'}, "
           f"sampling {args.sampling or 'as the scenario says'}, committee epoch {args.epoch or 'as the scenario says'}, "
-          + ", ".join(f"{label or 'sim'} from {root}" for label, root, _ in trees)
+          + ", ".join(f"{label} from {root}" for label, root, _ in trees)
           + (f", {args.repeat} repetitions interleaved" if args.repeat > 1 else ""))
     head = (f"{'tree':>8} {'rep':>3} {'members':>8} {'clients':>7} {'setup s':>8} {'wall/round s':>12} {'train/round s':>13} "
             f"{'framework ms/client':>19} {'cpu ms/client':>13} {'peak RSS MB':>11} {'MB/round':>9}  by kind (MB/round)")
@@ -219,7 +219,7 @@ def main() -> None:
     for rep in range(1, args.repeat + 1):
         for label, root, scenario in trees:
             for m in args.members:
-                r = dict(run_one(args, m, root, scenario), tree=label or "this", rep=rep)
+                r = dict(run_one(args, m, root, scenario), tree=label, rep=rep)
                 rows.append(r)
                 kinds = " ".join(f"{k}={v['bytes'] / 1e6:.2f}" for k, v in r["traffic_per_round"].items())
                 print(f"{label:>8} {rep:>3} {r['members']:>8} {r['clients_per_round']:>7} {r['import_and_setup_s']:>8.2f} "
@@ -228,7 +228,7 @@ def main() -> None:
                       f"{kinds}", flush=True)
     if len(args.members) > 1:
         for label, _, _ in trees:
-            print(growth_summary([r for r in rows if r["tree"] == (label or "this")], args.members, label))
+            print(growth_summary([r for r in rows if r["tree"] == label], args.members, label))
     if args.json:
         args.json.write_text(json.dumps({"scenario": str(args.scenario), "rows": rows}, indent=2) + "\n", encoding="utf-8")
 

@@ -33,47 +33,18 @@ def test_the_summary_gives_each_repetitions_growth_its_median_and_range_and_chec
     assert "framework per client-round 1.50x" in one and "median" not in one
 
 
-SMALL = """\
-name = "scale-bench-small"
-seed = 1
-rounds = 2
-members = 40
-
-[protocol]
-mode = "coordinator"
-algorithm = "fedavg"
-committee_size = 4
-params = { clients = 6, sampling_rule = "draw", committee_epoch = 2 }
-tick_ms = 100
-timeout_ticks_train = 20
-
-[data]
-dataset = "digits"
-partition = "iid"
-local_datasets = 6
-
-[model]
-name = "mlp"
-params = { in_features = 64, hidden = [16], num_classes = 10 }
-
-[training]
-steps = 2
-batch_size = 16
-lr = 0.05
-
-[network]
-latency_ms = 20
-model_push = "participants"
-outsiders = "lazy"
-
-[compute]
-train_ms = 300
-"""
+def _small_scale_scenario() -> str:
+    """``scenarios/scale_10k.toml`` (the benchmark's own) cut to 6 clients and 6 local datasets."""
+    text = (ROOT / "scenarios" / "scale_10k.toml").read_text(encoding="utf-8")
+    for old, new in (("clients = 100", "clients = 6"), ("local_datasets = 100", "local_datasets = 6")):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
 
 
 def test_an_ab_run_interleaves_the_two_trees_and_gives_the_same_heads(tmp_path):
     scenario = tmp_path / "small.toml"
-    scenario.write_text(SMALL, encoding="utf-8")
+    scenario.write_text(_small_scale_scenario(), encoding="utf-8")
     out = tmp_path / "ab.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--members", "20", "40", "--rounds", "2",
