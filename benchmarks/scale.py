@@ -17,7 +17,9 @@ be timed and taken out: per round,
 * ``framework ms/client``: (wall/round − train/round) / clients sampled per round, and the same from CPU time
   of the process (``cpu ms/client``; steadier on a shared machine);
 * ``peak RSS``: the process's ``ru_maxrss`` (the ledger writer is a forked process of its own, not counted);
-* traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged);
+* traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged), and the ``pbft``
+  messages per round split by consensus kind (``SimResult.consensus_by_round``: votes, whole blocks, headers, header
+  requests), with the members that got a node (``nodes made``: the others never took part);
   ``--blocks`` sends the members outside the next round the whole decided block instead of its header and
   certificate (``network.outsiders = "blocks"``); ``--models-for-all`` also pushes every new model to every member,
   as before issue 16 item 5. The same ledger in all three. ``--outsiders lazy|headers|blocks`` sets
@@ -102,17 +104,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     clients = max(1, round(sum(m.accepted + m.rejected for m in res.rounds) / rounds))
     wall_round, cpu_round = (wn - w1) / span, (cnr - c1r) / span
     train_round, train_cpu_round = (twn - tw1) / span, (tcn - tc1) / span
-    traffic: dict[str, list[float]] = {}
     by_round = getattr(res, "traffic_by_round", None)
     if by_round is None:  # a tree from before issue 16 (--root): the run's totals, round 1 included
         by_round = [{k: (res.messages_by_kind[k], b) for k, b in res.bytes_by_kind.items()}]
         by_round = [{k: (n / rounds, b / rounds) for k, (n, b) in by_round[0].items()}] * rounds
-    later = by_round[1:] or by_round
-    for t in later:
-        for k, (n, b) in t.items():
-            acc = traffic.setdefault(k, [0.0, 0.0])
-            acc[0] += n / len(later)
-            acc[1] += b / len(later)
+    traffic = _per_round(by_round)
+    consensus = _per_round(getattr(res, "consensus_by_round", None) or [{}])  # (older trees: none)
+    made = getattr(getattr(s, "nodes", None), "made", None)
     return {
         "members": sc.members,
         "rounds": rounds,
@@ -136,9 +134,23 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "traffic_per_round": {k: {"messages": v[0], "bytes": v[1]} for k, v in sorted(traffic.items())},
         "bytes_per_round": sum(v[1] for v in traffic.values()),
+        "consensus_per_round": {k: {"messages": v[0], "bytes": v[1]} for k, v in sorted(consensus.items())},
+        "nodes_made": len(made()) if made is not None else sc.members,
         "final_accuracy": res.final_accuracy,
         "head": res.head_hash.hex(),
     }
+
+
+def _per_round(by_round: list[dict[str, tuple[int, int]]]) -> dict[str, list[float]]:
+    """Kind → [messages, bytes] per round, averaged over rounds 2 on (round 1 apart, like the timings)."""
+    later = by_round[1:] or by_round
+    out: dict[str, list[float]] = {}
+    for t in later:
+        for k, (n, b) in t.items():
+            acc = out.setdefault(k, [0.0, 0.0])
+            acc[0] += n / len(later)
+            acc[1] += b / len(later)
+    return out
 
 
 def run_one(args: argparse.Namespace, members: int, root: Path | None = None, scenario: Path | None = None) -> dict[str, Any]:
@@ -226,6 +238,9 @@ def main() -> None:
                       f"{r['wall_per_round_s']:>12.3f} {r['train_per_round_s']:>13.3f} {r['framework_ms_per_client']:>19.2f} "
                       f"{r['framework_cpu_ms_per_client']:>13.2f} {r['peak_rss_mb']:>11.0f} {r['bytes_per_round'] / 1e6:>9.1f}  "
                       f"{kinds}", flush=True)
+                if r.get("consensus_per_round"):
+                    split = ", ".join(f"{k} {v['messages']:.1f}" for k, v in r["consensus_per_round"].items())
+                    print(f"{'':>12} pbft messages per round: {split}; nodes made {r.get('nodes_made', '?')}", flush=True)
     if len(args.members) > 1:
         for label, _, _ in trees:
             print(growth_summary([r for r in rows if r["tree"] == label], args.members, label))

@@ -538,6 +538,14 @@ class Replica:
             return 0
         return max(0, self._deadline - self._now - 1)
 
+    def rest(self) -> None:
+        """The host's part in this height is over (a lazy member's: a client that sent its update, with no seat in
+        the committee). A lazy observer outside the committee that knows no later height then drops its sync
+        timer, as one without a role at its height does: it sleeps until a message wakes it, and follows the
+        chain from this height then. Nothing changes otherwise (not lazy, in the committee, or catching up)."""
+        if self._lazy and not self._in_committee and self._phase is Phase.OBSERVE and not self._behind():
+            self._deadline = _NEVER
+
     def skip_ticks(self, n: int) -> None:
         """Advance the clock by ``n`` ticks that :meth:`idle_ticks` said do nothing: exactly what ``n`` calls of
         :meth:`tick` would have done. Raises :class:`LocalProtocolError` if one of them might act."""

@@ -44,6 +44,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from consensus import (
+    KIND_HEADER,
     KIND_INVALID_PROPOSAL,
     KIND_SCORES,
     Broadcast,
@@ -167,11 +168,14 @@ class TrainResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transmit:
-    """Send ``data`` (an encoded :class:`Envelope`) to peer ``to``. ``kind`` is for accounting."""
+    """Send ``data`` (an encoded :class:`Envelope`) to peer ``to``. ``kind`` is for accounting, and so is ``detail``:
+    for ``kind="pbft"``, the consensus message's kind (``consensus.Message.kind``: ``pre_prepare``, ...,
+    ``decided`` for a whole block, ``decided_header``, ``header_sync_request``)."""
 
     to: str
     data: bytes
     kind: str
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,7 +295,7 @@ class _Round:
     member of a simulation makes one per height."""
 
     __slots__ = ("plan", "start_tick", "trained", "reference", "reference_digest", "updates", "rows", "row_sent",
-                 "proposal_request", "proposed_views", "nudged")
+                 "proposal_request", "proposed_views", "nudged", "uploaded")
 
     def __init__(self, plan: RoundPlan, start_tick: int) -> None:
         self.plan = plan
@@ -306,6 +310,7 @@ class _Round:
         self.proposal_request: tuple[int, int] | None = None
         self.proposed_views: set[int] = set()
         self.nudged = False  # (lazy members: the block before this height sent again to the clients not heard from)
+        self.uploaded = False  # this node's update of this height went to the committee
 
 
 class NodeCore:
@@ -554,8 +559,8 @@ class NodeCore:
         return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
 
     def dormant(self) -> bool:
-        """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role at its height,
-        no evidence held, nothing wanted, nothing to propose, and a strategy without stale updates (whose later
+        """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role left at its height
+        (:meth:`_role_left`: a client that sent its update has none), no evidence held, nothing wanted, nothing to propose, and a strategy without stale updates (whose later
         validators need old base models), and not catching up (the block that woke it, and its model, are held
         until the headers before them arrive). Such a member may :meth:`shed` what it holds."""
         return (
@@ -565,9 +570,18 @@ class NodeCore:
             and self._rules.staleness == 0
             and not self._evidence
             and not self._may_act_on_tick()
-            and self._me not in self._round.plan.participants
+            and not self._role_left()
             and not self._replica.behind  # catching up: the block (and model) that woke it is held
         )
+
+    def _role_left(self) -> bool:
+        """Has this member a part left in its height's round: a seat in its committee, a reference to train, or an
+        update still to send? A client that sent its update has none (it is not asked again: the validators
+        hold the update, and the block is pushed to it only if it has a role at the next height)."""
+        plan = self._round.plan
+        if self._me not in plan.participants:
+            return False
+        return self._me in plan.committee or self._me in plan.references or not self._round.uploaded
 
     def shed(self) -> int:
         """Drop what a :meth:`dormant` member holds for rounds it took part in: the blobs in its store (updates,
@@ -629,8 +643,12 @@ class NodeCore:
                     r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
                 else:
                     self._out.append(Transmit(to=p, data=data, kind="update"))
+            r.uploaded = job.fl_round == h
         self._progress()
-        return self._flush()
+        fx = self._flush()
+        if self._round.uploaded and self.dormant():
+            self._replica.rest()  # a lazy client done with its round sleeps now, not at the block that ends it
+        return fx
 
     def _stale_ok(self, peer: str, fl_round: int, height: int) -> bool:
         """May ``peer``'s update of the earlier round ``fl_round`` still go into height ``height``?"""
@@ -950,20 +968,21 @@ class NodeCore:
         for fx in effects:
             match fx:
                 case Send(to=to, message=msg):
-                    self._out.append(Transmit(to=to, data=self._pbft_bytes(msg), kind="pbft"))
+                    self._out.append(Transmit(to=to, data=self._pbft_bytes(msg), kind="pbft", detail=msg.kind))
                 case Broadcast(to=to, message=msg):
                     data = self._pbft_bytes(msg)
-                    self._out.extend(Transmit(to=p, data=data, kind="pbft") for p in to)
+                    self._out.extend(Transmit(to=p, data=data, kind="pbft", detail=msg.kind) for p in to)
                 case SendBlocks(to=to, headers=True):
                     for h in fx.heights():
                         data = self._header_bytes(h)
                         if data is not None:
-                            self._out.append(Transmit(to=to, data=data, kind="pbft"))
+                            self._out.append(Transmit(to=to, data=data, kind="pbft", detail=KIND_HEADER))
                 case SendBlocks(to=to, start=start, stop=stop):
                     for h in range(start, stop):
                         b = self._decided_block(h)
                         if b is not None:
-                            self._out.append(Transmit(to=to, data=self._pbft_bytes(decided_message(b)), kind="pbft"))
+                            self._out.append(Transmit(to=to, data=self._pbft_bytes(decided_message(b)), kind="pbft",
+                                                      detail="decided"))
                 case RequestProposal(height=h, view=v):
                     self._round.proposal_request = (h, v)
                 case ReportMisbehavior(evidence=ev):
@@ -1167,7 +1186,7 @@ class NodeCore:
             return
         block_data, model_data = self._push_data(block)
         for p in missing:
-            self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
+            self._out.append(Transmit(to=p, data=block_data, kind="pbft", detail="decided"))
             if model_data is not None:
                 self._out.append(Transmit(to=p, data=model_data, kind="model"))
 
@@ -1188,9 +1207,9 @@ class NodeCore:
             if p == self._me or p in inside:
                 continue
             if header_data is not None and needy is not None and p not in needy:
-                self._out.append(Transmit(to=p, data=header_data, kind="pbft"))
+                self._out.append(Transmit(to=p, data=header_data, kind="pbft", detail=KIND_HEADER))
             else:
-                self._out.append(Transmit(to=p, data=block_data, kind="pbft"))
+                self._out.append(Transmit(to=p, data=block_data, kind="pbft", detail="decided"))
             if model_data is None:
                 continue
             if needy is None or p in needy:

@@ -97,6 +97,11 @@ def _rare_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def _since(now: Mapping[str, tuple[int, int]], mark: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Kind → (messages, bytes) between two snapshots of running totals."""
+    return {k: (m - mark.get(k, (0, 0))[0], b - mark.get(k, (0, 0))[1]) for k, (m, b) in now.items()}
+
+
 class LivenessError(RuntimeError):
     """The simulated network stopped committing blocks (the message names the seed to replay)."""
 
@@ -162,6 +167,9 @@ class SimResult:
     """The last evaluated round's attack success rate (NaN without a backdoor)."""
     traffic_by_round: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     """Per committed round: message kind → (messages, bytes) sent in it (``RoundMetrics.traffic``)."""
+    consensus_by_round: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    """Per committed round: the ``pbft`` kind's messages split by consensus message kind (``node.Transmit.detail``:
+    ``pre_prepare``, ``prepare``, ``commit``, ``decided``, ``decided_header``, ``header_sync_request``, ...)."""
 
 
 class _Adversary(Behavior):
@@ -451,6 +459,9 @@ class Simulation:
         self.messages_by_kind: dict[str, int] = {}
         self._traffic_mark: dict[str, tuple[int, int]] = {}  # the totals when the last round was written
         self.traffic_by_round: list[dict[str, tuple[int, int]]] = []
+        self._consensus_sent: dict[str, list[int]] = {}  # consensus message kind -> [messages, bytes] so far
+        self._consensus_mark: dict[str, tuple[int, int]] = {}
+        self.consensus_by_round: list[dict[str, tuple[int, int]]] = []
         self.dropped = 0
         self.corruptions = 0
         self.equivocations = 0
@@ -648,6 +659,10 @@ class Simulation:
             return
         if not withheld:
             self._count(fx.kind, len(fx.data))
+            if fx.detail:
+                sent = self._consensus_sent.setdefault(fx.detail, [0, 0])
+                sent[0] += 1
+                sent[1] += len(fx.data)
         if self._faults and (self._faulty(frm, "drop") or self._faulty(fx.to, "drop")):
             self.dropped += not withheld
             return
@@ -683,10 +698,14 @@ class Simulation:
         self.messages_by_kind[kind] = self.messages_by_kind.get(kind, 0) + 1
 
     def _round_traffic(self) -> dict[str, tuple[int, int]]:
-        """Kind → (messages, bytes) sent since the last call."""
+        """Kind → (messages, bytes) sent since the last call; the same by consensus kind goes to
+        ``consensus_by_round``."""
         now = {k: (self.messages_by_kind[k], self.bytes_by_kind[k]) for k in sorted(self.bytes_by_kind)}
         mark, self._traffic_mark = self._traffic_mark, now
-        return {k: (m - mark.get(k, (0, 0))[0], b - mark.get(k, (0, 0))[1]) for k, (m, b) in now.items()}
+        consensus = {k: (m, b) for k, (m, b) in sorted(self._consensus_sent.items())}
+        self.consensus_by_round.append(_since(consensus, self._consensus_mark))
+        self._consensus_mark = consensus
+        return _since(now, mark)
 
     def _equivocate(self, frm: str, data: bytes) -> bytes:
         """An equivocating peer tells odd-indexed peers something else (``node.adversary.equivocate``)."""
@@ -1086,4 +1105,5 @@ class Simulation:
             member_index=dict(self.index),
             final_asr=next((m.asr for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan),
             traffic_by_round=list(self.traffic_by_round),
+            consensus_by_round=list(self.consensus_by_round),
         )

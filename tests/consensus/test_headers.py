@@ -254,6 +254,37 @@ def test_a_lazy_observer_with_a_role_keeps_its_sync_timer(cluster: Cluster) -> N
     assert ask.message.signed.kind == KIND_HEADER_SYNC and ask.to in _committees(c)[0]
 
 
+def test_a_lazy_observer_whose_part_is_over_rests_until_a_message_wakes_it(cluster: Cluster) -> None:
+    """``Replica.rest``: the host's part at this height is over (a client that sent its update). A lazy observer
+    drops its sync timer then and sleeps; a later block wakes it and it catches up by headers. A committee member,
+    a plain observer and one catching up keep their timers."""
+    c = cluster
+    chain = _chain(c)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))  # outside heights 1-4
+    r = _lazy(c, me, needs=lambda st: True)  # a client of height 1: waits for block 1 on its timer
+    timer = r.idle_ticks()
+    assert 0 < timer < c.config.timeout_ticks_start + c.config.timeout_ticks_sync
+    r.rest()
+    assert r.idle_ticks() > 10**12
+    r.skip_ticks(10**6)
+    assert r.tick() == [] and r.status().height == 1
+    server_id = chain[3].header.proposer
+    (ask,) = [e for e in r.step(decided_message(chain[3]), sender=server_id) if isinstance(e, Send)]
+    assert ask.to == server_id and ask.message.signed.kind == KIND_HEADER_SYNC and ask.message.signed.height == 1
+    assert r.idle_ticks() < c.config.timeout_ticks_sync  # woken: catching up on its retry timer
+    r.rest()  # catching up: no rest
+    assert r.idle_ticks() < c.config.timeout_ticks_sync
+
+    plain = _observer(c, me)
+    before = plain.idle_ticks()
+    plain.rest()
+    assert plain.idle_ticks() == before  # not lazy: it follows every height
+    member = _committees(c)[0][0]
+    validator = _lazy(c, member, needs=lambda st: True)
+    validator.rest()
+    assert validator.idle_ticks() == 0  # in the committee: its timers run
+
+
 def test_a_lazy_observer_holds_a_header_that_overtook_its_batch(cluster: Cluster) -> None:
     c = cluster
     chain = _chain(c)

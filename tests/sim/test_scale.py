@@ -306,6 +306,42 @@ def test_a_member_without_a_role_costs_no_node_until_a_message_wakes_it():
         wrong.nodes[trainer]
 
 
+def test_a_lazy_client_sleeps_once_its_update_is_sent_and_asks_for_headers_only_when_woken():
+    """A lazy client has no part left in its round once its update went to the committee (``NodeCore._role_left``):
+    it sleeps then, with no sync timer (``Replica.rest``), instead of waking on that timer to fetch the block that
+    ends the round, which it does not need. So every ``header_sync_request`` comes from a member that was shown a
+    later height (a role woke it), where every client used to send one more on its timer after its round (8
+    rounds here: 140 requests, 561 headers and 1,724 consensus messages in all; before, 1,891 consensus
+    messages). Nothing a round needs is lost: every update accepted, no view change, the same ledger again."""
+    sc = _scale(300, 8, outsiders="lazy")
+    s = Simulation(sc, workers=0)
+    slept_after_upload: list[str] = []
+    asks: list[tuple[str, bool]] = []  # (asker, shown a later height when it asked)
+    finish, send = s._finish_training, s._send
+
+    def trained(peer, job, handle):
+        finish(peer, job, handle)
+        node = s.nodes[peer]
+        if job.fl_round == node.chain_state.height + 1 and peer not in node.replica.status().committee:
+            assert node.dormant() and node.idle_ticks() > 10**9, "a client with its update sent sleeps, no timer"
+            slept_after_upload.append(peer)
+
+    def watch(frm, fx, *, tampered=False):
+        if isinstance(fx, Transmit) and fx.detail == "header_sync_request":
+            asks.append((frm, s.nodes[frm].replica.behind))
+        send(frm, fx, tampered=tampered)
+
+    s._finish_training, s._send = trained, watch
+    res = s.run()
+    assert [(m.accepted, m.view) for m in res.rounds] == [(20, 0)] * 8
+    assert len(slept_after_upload) > 100  # the clients of 8 rounds, but those also in a committee
+    assert asks and all(behind for _, behind in asks), [a for a in asks if not a[1]][:3]
+    sent = {k: sum(t.get(k, (0, 0))[0] for t in res.consensus_by_round) for k in ("header_sync_request", "decided_header")}
+    assert sent["header_sync_request"] == len(asks) and sent["decided_header"] > 0
+    assert sum(n for t in res.consensus_by_round for n, _ in t.values()) == sum(t["pbft"][0] for t in res.traffic_by_round)
+    assert Simulation(sc, workers=0).run().head_hash == res.head_hash
+
+
 def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_from():
     """A lazy client learns of its role only from the push of the block before its round; under 10 % loss a lost
     push cost the round its update (141-144 of 160 accepted over these two seeds before the retry). The primary of
