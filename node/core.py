@@ -385,7 +385,9 @@ class NodeCore:
         then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
         A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
         through then. The push that wakes a client may be lost: the primary of its round sends it again once, half
-        way to the collect deadline, to the clients it has no update from (:meth:`_maybe_nudge`). Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
+        way to the collect deadline, to the clients it has no update from (:meth:`_maybe_nudge`). A client sleeps
+        again once its update is sent (``Replica.rest``: it does not fetch the block that ends its round).
+        Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
         call :meth:`shed` when such a member sleeps (the simulator does): it then keeps its head's model at most.
         A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
         (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
