@@ -39,6 +39,7 @@ the last; ``--json`` writes every figure.
 repetition's growth with the median and range: one run's ratio moves by ±15 % on a shared 2-core machine.
 ``--baseline DIR`` runs another checkout before this one in every repetition (an A/B on the same machine state;
 ``--baseline-scenario`` names its scenario file, default: the same file name in it) and summarizes each tree apart.
+``--pool A.json B.json ...`` runs nothing: it summarizes the repetitions of earlier ``--json`` outputs together.
 Every summary lists the ledger heads per member count, which must be the same in every repetition.
 """
 
@@ -204,9 +205,14 @@ def main() -> None:
                          "is --baseline-scenario, default: the same name in it)")
     ap.add_argument("--baseline-scenario", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--pool", type=Path, nargs="+", metavar="JSON",
+                    help="run nothing: summarize the repetitions of earlier --json files together, per tree")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.scenario = args.scenario.resolve()
+    if args.pool:
+        print(pool(args.pool, args.members))
+        return
     if args.child is not None:
         sys.path.insert(0, str(Path.cwd()))
         print(json.dumps(child(args)))
@@ -246,6 +252,18 @@ def main() -> None:
             print(growth_summary([r for r in rows if r["tree"] == label], args.members, label))
     if args.json:
         args.json.write_text(json.dumps({"scenario": str(args.scenario), "rows": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+def pool(files: list[Path], members: list[int]) -> str:
+    """The growth summaries of the repetitions of several ``--json`` files taken together (each file's repetitions
+    kept apart: file ``i``'s repetition ``r`` is pooled repetition ``(i, r)``), one per tree label."""
+    rows: list[dict[str, Any]] = []
+    for i, f in enumerate(files):
+        for r in json.loads(f.read_text(encoding="utf-8"))["rows"]:
+            rows.append(dict(r, rep=(i, r["rep"]), tree=r.get("tree", "this")))
+    labels = sorted({r["tree"] for r in rows})
+    head = f"{len(files)} files pooled: {', '.join(str(f) for f in files)}"
+    return "\n".join([head] + [growth_summary([r for r in rows if r["tree"] == t], members, t) for t in labels])
 
 
 def growth_summary(rows: list[dict[str, Any]], members: list[int], label: str = "") -> str:

@@ -58,6 +58,13 @@ def test_an_ab_run_interleaves_the_two_trees_and_gives_the_same_heads(tmp_path):
     # the same checkout on both sides: the same ledger per member count
     assert {r["head"] for r in rows if r["members"] == 20} == {rows[0]["head"]}
     assert proc.stdout.count("40 vs 20 members (2x):") == 2 and "NOT THE SAME" not in proc.stdout
+    assert all(r["consensus_per_round"] and r["nodes_made"] <= r["members"] for r in rows)
+    assert "pbft messages per round: commit" in proc.stdout
+    # two runs' --json files pooled: each tree's repetitions of both, kept apart
+    pooled = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--members", "20", "40",
+                             "--pool", str(out), str(out)], capture_output=True, text=True, timeout=60, check=True)
+    assert pooled.stdout.count("40 vs 20 members (2x):") == 2 and "2 repetitions" in pooled.stdout
+    assert "heads at 20: " + rows[0]["head"][:16] + " (2 runs)" in pooled.stdout
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--members", "5", "--rounds", "1",
                           "--scenario", str(scenario)], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "the run of 5 members" in bad.stderr and "exceeds members" in bad.stderr
