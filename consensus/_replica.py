@@ -49,9 +49,10 @@ and certificate, checked by ``ledger.apply_header``, emitted as ``CommitHeader``
 unknown, when its host needs no payload (``needs_payload``); otherwise it asks the sender for the block.
 A *lazy* replica (``lazy=True``, with ``next_committee``) outside the committee keeps no sync timer while its host
 has no role at its height, or its part there is over (:meth:`Replica.rest`), and it knows no later height: it
-sleeps through the heights it takes no part in (its host is sent nothing then). When a message shows it a later height (the proposer pushes the block before a round
-in which it has a role), it asks the sender for headers (``header_sync_request``: ``SendBlocks(headers=True)``
-there), follows them to that height, and takes whole the block its host needs.
+sleeps through the heights it takes no part in (its host is sent nothing then). When a message shows it a later
+height (the proposer pushes the block before a round in which it has a role), it asks the sender for headers
+(``header_sync_request``: ``SendBlocks(headers=True)`` there), follows them to that height, and takes whole the
+block its host needs.
 
 Idle ticks: an observer with nothing held only counts ticks until its sync deadline; :meth:`Replica.idle_ticks`
 says how many, and a host with thousands of observers skips them (:meth:`Replica.skip_ticks`).

@@ -561,9 +561,10 @@ class NodeCore:
         return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
 
     def dormant(self) -> bool:
-        """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role left at its height
-        (:meth:`_role_left`: a client that sent its update has none), no evidence held, nothing wanted, nothing to propose, and a strategy without stale updates (whose later
-        validators need old base models), and not catching up (the block that woke it, and its model, are held
+        """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role left at its
+        height (:meth:`_role_left`: a client that sent its update has none), no evidence held, nothing wanted,
+        nothing to propose, and a strategy without stale updates (whose later validators need old base models),
+        and not catching up (the block that woke it, and its model, are held
         until the headers before them arrive). Such a member may :meth:`shed` what it holds."""
         return (
             self._lazy
@@ -645,7 +646,8 @@ class NodeCore:
                     r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
                 else:
                     self._out.append(Transmit(to=p, data=data, kind="update"))
-            r.uploaded = job.fl_round == h
+            if job.fl_round == h:
+                r.uploaded = True
         self._progress()
         fx = self._flush()
         if self._round.uploaded and self.dormant():
