@@ -658,11 +658,7 @@ class Simulation:
                     self._send(frm, Transmit(to=to, data=data, kind=fx.kind), tampered=True)
             return
         if not withheld:
-            self._count(fx.kind, len(fx.data))
-            if fx.detail:
-                sent = self._consensus_sent.setdefault(fx.detail, [0, 0])
-                sent[0] += 1
-                sent[1] += len(fx.data)
+            self._count(fx.kind, len(fx.data), fx.detail)
         if self._faults and (self._faulty(frm, "drop") or self._faulty(fx.to, "drop")):
             self.dropped += not withheld
             return
@@ -693,9 +689,13 @@ class Simulation:
                 ms += net.reorder_ms
             self._push(self._now_us + int(ms * 1000) + (self._delay_us(frm) if self._faults else 0), "deliver", (frm, fx.to, data))
 
-    def _count(self, kind: str, nbytes: int) -> None:
+    def _count(self, kind: str, nbytes: int, detail: str = "") -> None:
         self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + nbytes
         self.messages_by_kind[kind] = self.messages_by_kind.get(kind, 0) + 1
+        if detail:  # (a consensus message's own kind: Transmit.detail)
+            sent = self._consensus_sent.setdefault(detail, [0, 0])
+            sent[0] += 1
+            sent[1] += nbytes
 
     def _round_traffic(self) -> dict[str, tuple[int, int]]:
         """Kind → (messages, bytes) sent since the last call; the same by consensus kind goes to
