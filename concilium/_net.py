@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from concilium._repro import rerun_reproducible
+
 __all__ = ["add_parsers"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -113,8 +115,12 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from learning import LearningError  # noqa: PLC0415
 
     scenario_path = resolve_scenario(cfg.data.scenario)
+    scenario = load_scenario(scenario_path)
+    rerun = rerun_reproducible(args, scenario.training.reproducible)
+    if rerun is not None:
+        return rerun
     try:
-        world = World.build(load_scenario(scenario_path))
+        world = World.build(scenario)
     except (LearningError, ValueError) as e:  # e.g. a local data file that is missing (the error names it)
         raise ConfigFileError(f"{scenario_path}: {e}") from None
     if world.genesis.model.digest != genesis.model.digest:
@@ -203,6 +209,9 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
     from sim import init_testnet, results_folder  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
+    rerun = rerun_reproducible(args, scenario.training.reproducible)  # the genesis' initial model is trained bits
+    if rerun is not None:
+        return rerun
     with results_folder(args.out, force=args.force) as out:
         (out / "scenario.toml").write_bytes(path.read_bytes() if not getattr(args, "nodes", None) else _scenario_bytes(scenario))
         try:
@@ -231,6 +240,9 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
     from sim import LocalTestnet, results_folder  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
+    rerun = rerun_reproducible(args, scenario.training.reproducible)  # the node processes inherit the mode
+    if rerun is not None:
+        return rerun
     name = scenario.name
     out_arg = args.out if args.out is not None else Path("results") / f"testnet-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with results_folder(out_arg, force=args.force) as out:

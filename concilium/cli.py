@@ -59,6 +59,7 @@ from node.explorer import (
 from node.keys import generate_key, load_key, save_key
 
 from concilium._net import add_parsers as add_net_parsers
+from concilium._repro import rerun_reproducible
 
 __all__ = ["main"]
 
@@ -470,9 +471,12 @@ def cmd_ledger_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sim_run(args: argparse.Namespace) -> int:
-    from sim import resolve_scenario, run_scenario
+    from sim import load_scenario, resolve_scenario, run_scenario
 
     scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
+    rerun = rerun_reproducible(args, args.reproducible or load_scenario(scenario).training.reproducible)
+    if rerun is not None:
+        return rerun
     name = scenario.stem
     out = args.out if args.out is not None else Path("results") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from consensus import ConsensusError
@@ -503,7 +507,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     try:
         summary = run_scenario(
             scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers,
-            force=args.force, executor=executor, on_summary=show,
+            force=args.force, executor=executor, on_summary=show, reproducible=args.reproducible,
         )
     except FileExistsError as e:
         raise CliError(str(e)) from None
@@ -662,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--workers", type=_int_in(0, WORKERS_MAX), default=None,
                     help="forked processes that train beside the simulator (default: usable cores - 1, at most 3, "
                          "on Linux with CPU training; 0 = train in-process). The results do not depend on it.")
+    sr.add_argument("--reproducible", action="store_true",
+                    help="reproducible mode: the same ledger head on any x86-64 CPU (portable kernels, one thread per "
+                         "process; slower). Also the scenario key training.reproducible = true")
     sr.add_argument("--executor", choices=("local", "ray"), default="local",
                     help="where local training jobs run: forked workers on this machine (local, the default) or a "
                          "Ray cluster (ray; needs pip install 'concilium[ray]'). The results do not depend on it.")
@@ -706,6 +713,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    # how to run this command again (concilium._repro: reproducible mode starts a process in its environment)
+    args.argv_, args.console_ = list(sys.argv[1:] if argv is None else argv), argv is None
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, so that a closed pipe is seen now and not at interpreter exit

@@ -10,6 +10,7 @@ One subpackage per concept, each with its public API in its ``__init__.py``:
 ``attacks``          update-level and data-level Byzantine attacks
 ``availability``     client availability models (seeds 000, 001, 002)
 ``strategies``       coordinator-mode strategies, one module per paper (seeds 000, 001, 002, 004)
+``reproducible``     reproducible mode: the process environment whose training bits are the same on any x86-64 CPU
 ==================== =====================================================================================
 
 ``_errors`` holds the exception tree, ``_config`` the configuration boundary's helpers (registries, spec strings,
@@ -18,7 +19,7 @@ names are resolved through explicit registries at the config boundary. Importing
 subpackage, so every registry is full. This module re-exports the names the other packages of concilium use.
 """
 
-from learning import attacks, availability, data, models, robust, strategies, training
+from learning import attacks, availability, data, models, reproducible, robust, strategies, training
 from learning._errors import ConfigError, DataError, InvalidUpdateError, LearningError
 from learning.attacks import parse_data_attack, parse_update_attack
 from learning.availability import (
@@ -36,7 +37,7 @@ from learning.strategies import (
 from learning.training import SCHEDULES, LocalTrainer, LocalTrainingConfig, PublicScorer, schedule_spec
 
 __all__ = [
-    "attacks", "availability", "data", "models", "robust", "strategies", "training",
+    "attacks", "availability", "data", "models", "reproducible", "robust", "strategies", "training",
     "ConfigError", "DataError", "InvalidUpdateError", "LearningError",
     "parse_data_attack", "parse_update_attack",
     "DROPPED", "AvailabilityContext", "BoundedDropout", "dropout_fraction", "expected_active_fraction",

@@ -213,6 +213,10 @@ class RayPool:
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 3, "max_task_retries": 3}
         if cuda:
             options["num_gpus"] = config.gpu_fraction
+        if sc.training.reproducible:  # each trainer's process starts in the mode (its kernels are chosen then)
+            from learning import reproducible  # noqa: PLC0415
+
+            options["runtime_env"] = {"env_vars": reproducible.variables()}
         actor = ray.remote(**options)(_Trainer)
         # every trainer rebuilds the world from the scenario (a few kB, inlined in its creation: a restarted
         # trainer finds it there)

@@ -219,7 +219,9 @@ def write_results(
         "wall_seconds": round(res.wall_seconds, 3),
         "ledger_verified": verified,
         "ledger_verdict": verdict,
-        "reproduce": f"concilium sim run {(shown_as or out) / 'scenario.toml'}",
+        "reproducible": scenario.training.reproducible,
+        "reproduce": f"concilium sim run {(shown_as or out) / 'scenario.toml'}"
+        + (" --reproducible" if scenario.training.reproducible else ""),
         "verify": f"concilium ledger verify {(shown_as or out) / 'ledger'}",
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -287,17 +289,22 @@ def run_scenario(
     plots: bool = True,
     executor: Callable[[Simulation], Any] | None = None,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
+    reproducible: bool = False,
 ) -> dict[str, Any]:
     """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
     results folder is replaced once the new one is complete); return the summary. ``workers``: training
     processes beside the simulator (None = ``sim._workers.default_workers``); never changes results.
     ``executor``: where training jobs run instead (``sim._ray.RayExecutor``: a Ray cluster); never changes
     results either. ``plots=False``: no PNG files (see :func:`write_results`). ``on_summary``: called with the
-    summary as soon as it is written, before the plots are waited for.
+    summary as soon as it is written, before the plots are waited for. ``reproducible``: train in reproducible mode
+    (as the scenario key ``training.reproducible = true``; the process must have started in the mode's
+    environment, ``learning.reproducible``).
 
     Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
     nothing behind; so does a run whose local training diverges until no block can be committed."""
     scenario = load_scenario(path, seed=seed, rounds=rounds)
+    if reproducible and not scenario.training.reproducible:
+        scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, reproducible=True))
     _check_device(scenario.training.device, path)
     with results_folder(out, force=force) as build:
         try:

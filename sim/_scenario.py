@@ -186,7 +186,11 @@ class ModelSection:
 class TrainingSection:
     """Local training of every client. ``epochs`` > 0 trains E passes over the local data instead of
     ``steps`` SGD steps; ``schedule`` names a learning-rate schedule of ``learning`` (``lr`` is its ``lr0``)
-    evaluated at ``fl_round − 1``; ``prox_mu`` is the FedProx μ (a strategy may override it)."""
+    evaluated at ``fl_round − 1``; ``prox_mu`` is the FedProx μ (a strategy may override it). ``device`` and
+    ``reproducible`` are local choices of the machine that runs the scenario, never in the genesis:
+    ``reproducible = true`` trains in reproducible mode (``learning.reproducible``: one ledger head on any x86-64
+    CPU, one thread per process, portable kernels; the process must start in its environment, which
+    ``concilium sim run`` sees to)."""
 
     steps: int = 10
     epochs: int = 0
@@ -199,6 +203,7 @@ class TrainingSection:
     prox_mu: float = 0.0
     sampling: str = "with_replacement"
     device: str = "cpu"
+    reproducible: bool = False
 
     def __post_init__(self) -> None:
         _check(1 <= self.steps <= STEPS_MAX, f"steps must be in [1, {STEPS_MAX}]")

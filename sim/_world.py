@@ -34,6 +34,7 @@ from learning import (
     dataset_spec,
     model_spec,
     partition_dataset,
+    reproducible,
     partition_spec,
     schedule_spec,
     strategy_from_params,
@@ -184,6 +185,8 @@ class World:
 
     @classmethod
     def build(cls, scenario: Scenario) -> World:
+        if scenario.training.reproducible:  # before the first tensor: the simulator, a node, a Ray trainer
+            reproducible.configure()
         rng = RngTree(scenario.seed)
         splits = dataset_spec(scenario.data.dataset, _dataset_params(scenario)).load()
         if scenario.data.public_size:

@@ -92,11 +92,38 @@ def test_a_member_outside_the_next_round_gets_the_block_but_no_model_and_the_led
     assert res.messages_by_kind.get("want", 0) == full.messages_by_kind.get("want", 0)  # nobody fetches it instead
 
 
+def _watch_decided(s: Simulation) -> dict[tuple[int, str, str], tuple[int, int, str]]:
+    """Wrap ``s._send``: every block (a proposal or a decided push) and every ``decided_header`` sent, keyed by
+    ``(height, sender, receiver)``, as ``(round index it is counted in, bytes, "block" | "header")``."""
+    sent: dict[tuple[int, str, str], tuple[int, int, str]] = {}
+    send = s._send
+
+    def watch(frm, fx, *, tampered=False):
+        if fx.kind == "pbft" and isinstance(fx, Transmit):
+            msg = s._decoder.decode(fx.data).pbft
+            r = len(s.traffic_by_round)  # the round whose traffic this send is counted in
+            if msg.block is not None:
+                sent[(msg.block.header.height, frm, fx.to)] = (r, len(fx.data), "block")
+            elif msg.signed is not None and msg.signed.kind == "decided_header":  # pushed while committing
+                sent[(s.nodes[frm].chain_state.height, frm, fx.to)] = (r, len(fx.data), "header")
+        send(frm, fx, tampered=tampered)
+
+    s._send = watch
+    return sent
+
+
 def test_members_outside_the_next_round_get_headers_and_the_ledger_is_the_same():
     """``network.outsiders = "headers"``: the proposer sends a member outside the next round the block's header
     and certificate (``decided_header``), a member with a role the whole block; every member follows the chain,
-    and the ledger is the one whole blocks give."""
-    blocks = Simulation(_scale(300, 3, outsiders="blocks"), workers=0).run()
+    and the ledger is the one whole blocks give.
+
+    The bytes are checked by exact accounting, which holds whatever the CPU's training bits make of the run (they
+    pick the clients and committees, so how many members get headers): each header replaces the block the same
+    sender sent the same member in the same round of the whole-blocks run, is at most a fifth of its size, and
+    the pBFT bytes of each round fall by exactly what those replacements save."""
+    blocks = Simulation(_scale(300, 3, outsiders="blocks"), workers=0)
+    whole_sent = _watch_decided(blocks)
+    whole = blocks.run()
     s = Simulation(_scale(300, 3, outsiders="headers"), workers=0)
     kinds = {"decided_header": 0, "block": 0}
     send = s._send
@@ -114,12 +141,22 @@ def test_members_outside_the_next_round_get_headers_and_the_ledger_is_the_same()
         send(frm, fx, tampered=tampered)
 
     s._send = watch
+    got_sent = _watch_decided(s)
     res = s.run()
     assert kinds["decided_header"] > 2 * 250 and kinds["block"] > 0
-    assert res.head_hash == blocks.head_hash
-    assert [(m.accepted, m.committee, m.view) for m in res.rounds] == [(m.accepted, m.committee, m.view) for m in blocks.rounds]
-    for got, whole in zip(res.traffic_by_round[1:], blocks.traffic_by_round[1:]):
-        assert got["pbft"][0] == whole["pbft"][0] and got["pbft"][1] < whole["pbft"][1] / 3, (got, whole)
+    assert res.head_hash == whole.head_hash
+    assert [(m.accepted, m.committee, m.view) for m in res.rounds] == [(m.accepted, m.committee, m.view) for m in whole.rounds]
+    saved = [0] * len(res.rounds)
+    for key, (r, size, what) in got_sent.items():
+        if what == "header":
+            assert whole_sent[key][0] == r and whole_sent[key][2] == "block", (key, whole_sent.get(key))
+            assert 5 * size <= whole_sent[key][1], (size, whole_sent[key])
+            saved[r] += whole_sent[key][1] - size
+        else:
+            assert whole_sent[key] == (r, size, what), key  # a member with a role gets the very same block
+    assert sum(saved) > 0
+    for r, (got, full) in enumerate(zip(res.traffic_by_round, whole.traffic_by_round)):
+        assert got["pbft"][0] == full["pbft"][0] and got["pbft"][1] == full["pbft"][1] - saved[r], (r, got, full, saved)
     # every member followed the chain, by headers or whole blocks: at the end each holds block 2 or the head, one
     # hash per height (the run stops as soon as the ledger has block 3: its announcements are still on the way)
     heads = {(n.chain_state.height, n.chain_state.head_hash) for n in s.nodes.values()}
@@ -342,16 +379,30 @@ def test_a_lazy_client_sleeps_once_its_update_is_sent_and_asks_for_headers_only_
     assert Simulation(sc, workers=0).run().head_hash == res.head_hash
 
 
-def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_from():
+_UNDER_LOSS = """
+import dataclasses, json, sys
+sys.path.insert(0, "tests/sim")
+from test_scale import _scale
+from sim import Simulation
+out = {}
+for seed in (0, 1):
+    sc = dataclasses.replace(_scale(300, 8, outsiders="lazy", drop=0.1), seed=seed)
+    out[seed] = [m.accepted for m in Simulation(sc, workers=0).run().rounds]
+print(json.dumps(out))
+"""
+
+
+def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_from(in_reproducible_mode):
     """A lazy client learns of its role only from the push of the block before its round; under 10 % loss a lost
     push cost the round its update (141-144 of 160 accepted over these two seeds before the retry). The primary of
     each height sends that block again, half way to the collect deadline, to the sampled clients it holds no
-    update from (``NodeCore._maybe_nudge``): 157 of 160 here. Loss-free runs send no retry (their ledgers are
-    unchanged: ``benchmarks/heads.py``)."""
-    for seed in (0, 1):
-        sc = dataclasses.replace(_scale(300, 8, outsiders="lazy", drop=0.1), seed=seed)
-        res = Simulation(sc, workers=0).run()
-        accepted = [m.accepted for m in res.rounds]
+    update from (``NodeCore._maybe_nudge``): 157 of 160 for each seed here. Loss-free runs send no retry (their
+    ledgers are unchanged: ``benchmarks/heads.py``).
+
+    In reproducible mode: which clients are sampled and which messages are lost follow the training bits, and by
+    default those differ between CPUs (seed 0 gave 151 with PyTorch's portable kernels forced, 155 with its
+    AVX-512 ones, on one AMD machine)."""
+    for seed, accepted in in_reproducible_mode(_UNDER_LOSS).items():
         assert sum(accepted) >= 152, (seed, accepted)  # 95 % of 8 rounds x 20 clients
 
 
