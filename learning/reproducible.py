@@ -59,6 +59,8 @@ _FIXED = {
     "MKL_DYNAMIC": "FALSE",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
+    # a CUDA run: cuBLAS needs a fixed workspace for deterministic results (PyTorch refuses otherwise)
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
 }
 _HWCAPS = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"
 """glibc >= 2.33 spelling; libm's exp/log/pow/sin/cos/tan have FMA, FMA4 and AVX2 variants picked per CPU."""
@@ -140,6 +142,11 @@ def configure() -> None:
     torch.backends.mkldnn.enabled = False
     torch.backends.nnpack.set_flags(False)
     torch.use_deterministic_algorithms(True)
+    # on a GPU (the same model, driver and libraries at most: see the README): no autotuned or TF32 kernels
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def reexec(argv: list[str] | None = None) -> None:

@@ -257,7 +257,11 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
         sim = Simulation(scenario)
         store, _ = open_ledger(path, readonly=True, check_index=False)
         with store:
-            same = store.genesis().hash() == sim.genesis.hash()
+            stored = store.genesis()
+        # the same chain but for the initial model's digest: the evaluator needs the public split and the model's
+        # architecture, not θ0, whose bits PyTorch's initialisation kernels round differently from CPU to CPU
+        rebuilt = dataclasses.replace(sim.genesis, model=dataclasses.replace(sim.genesis.model, digest=stored.model.digest))
+        same = rebuilt.hash() == stored.hash()
     except (ValueError, OSError, LedgerError, LearningError, NodeError):  # e.g. a scenario.toml of older, looser rules
         return None
     return sim.public_eval if same else None

@@ -46,3 +46,29 @@ def in_reproducible_mode():
         return json.loads(r.stdout.strip().splitlines()[-1])
 
     return run
+
+
+def _drop_write_privileges() -> None:  # pragma: no cover - runs in the child before exec
+    """As root, chmod alone does not stop writes: give up the capabilities that bypass file permissions
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER) for this process and what it executes, staying uid 0, so
+    that the interpreter and everything it imports later stay readable wherever the checkout is (a clone under a
+    private home, /root at 0700, is out of reach of any other user); where that is refused, become nobody."""
+    import ctypes  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop = 24
+    if all(libc.prctl(pr_capbset_drop, cap, 0, 0, 0) == 0 for cap in (1, 2, 3)):
+        return
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@pytest.fixture
+def write_privileges_dropped():
+    """A ``preexec_fn`` for ``subprocess``: the child runs without the privileges that let root write where the
+    permission bits say no (None when the tests do not run as root: the bits already apply)."""
+    import os  # noqa: PLC0415
+
+    return _drop_write_privileges if os.geteuid() == 0 else None

@@ -24,9 +24,11 @@ logit gives a non-finite ``E_avg``/``F_pub``, which every strategy treats as "re
 
 Determinism: CPU forward in fixed batches of the public set in its stored order, float64 post-processing in
 numpy (no BLAS), per-sample values summed with :func:`math.fsum` (exactly rounded, order-free). The forward pass
-itself is torch CPU float32: bit-identical across validators on the same platform and torch thread count.
-Results are memoised by the SHA-256 of the model's float32 bytes in a small LRU, because every validator
-re-scores the same uploaded models.
+is torch CPU float32 and numpy's ``exp``/``log`` pick SIMD paths per CPU, so both run in reproducible mode
+(``learning.reproducible``: portable kernels, one thread): in this process when it was started in the mode, else
+in one helper process started in it (``learning.training._portable``). The scores are then the same on every
+x86-64 CPU: a Sself ledger written on one machine re-executes on any other. Results are memoised by the SHA-256
+of the model's float32 bytes in a small LRU, because every validator re-scores the same uploaded models.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ from typing import Literal
 import numpy as np
 import torch
 
+from learning import reproducible
 from learning._errors import ConfigError
 from learning.data import Dataset
 from learning.models import FlatParameters, ModelSpec, build_model
 from learning.training._local import LocalTrainer
+from learning.training._portable import portable_evaluator
 
 __all__ = [
     "ENTROPY_IMPLS",
@@ -157,6 +161,9 @@ class PublicScorer:
         Public samples per forward pass (fixed batches in the stored order).
     memo_size:
         Capacity of the LRU memo keyed by the SHA-256 of the model's float32 bytes (0 disables it).
+    portable:
+        Score in reproducible mode (the default; in a helper process when this one is not in the mode). False:
+        this process's own kernels, the same bits only on the same kind of CPU.
 
     Examples
     --------
@@ -171,7 +178,7 @@ class PublicScorer:
     """
 
     __slots__ = ("_batch_size", "_entropy_impl", "_flat", "_hits", "_labels", "_memo", "_memo_size", "_misses",
-                 "_x")
+                 "_num_classes", "_remote", "_spec", "_x")
 
     def __init__(
         self,
@@ -181,6 +188,7 @@ class PublicScorer:
         entropy_impl: str = "exact",
         batch_size: int = 1024,
         memo_size: int = 64,
+        portable: bool = True,
     ) -> None:
         self._entropy_impl = check_entropy_impl(entropy_impl, "PublicScorer")
         for key, value, low in (("batch_size", batch_size, 1), ("memo_size", memo_size, 0)):
@@ -199,6 +207,10 @@ class PublicScorer:
         self._memo_size = memo_size
         self._hits = 0
         self._misses = 0
+        self._spec = spec
+        self._num_classes = data.num_classes
+        self._remote: tuple[object, int] | None | bool = portable and bool(reproducible.problems())
+        """True: score in the helper (registered on first use, then ``(evaluator, index)``); False: here."""
 
     @classmethod
     def from_trainer(cls, trainer: LocalTrainer, public: Dataset, **kwargs: object) -> PublicScorer:
@@ -242,12 +254,23 @@ class PublicScorer:
             self._hits += 1
             return hit
         self._misses += 1
-        result = public_scores(self.logits(vec), self._labels, impl=self._entropy_impl)
+        if self._remote:
+            result = self._score_remotely(vec)
+        else:
+            result = public_scores(self.logits(vec), self._labels, impl=self._entropy_impl)
         if self._memo_size:
             self._memo[key] = result
             if len(self._memo) > self._memo_size:
                 self._memo.popitem(last=False)
         return result
+
+    def _score_remotely(self, vec: np.ndarray) -> tuple[float, float]:
+        helper = portable_evaluator()
+        if not isinstance(self._remote, tuple) or self._remote[0] is not helper:  # first use, or a new helper
+            index = helper.register(self._spec, self._x.numpy(), np.asarray(self._labels), num_classes=self._num_classes,
+                                    entropy_impl=self._entropy_impl, batch_size=self._batch_size)
+            self._remote = (helper, index)
+        return helper.evaluate(self._remote[1], vec)
 
     def _check(self, model: np.ndarray) -> np.ndarray:
         if not isinstance(model, np.ndarray) or model.dtype != np.float32 or model.shape != (self.dim,):

@@ -95,16 +95,49 @@ def test_public_loss_is_the_cross_entropy_and_nonfinite_propagates() -> None:
 # --- PublicScorer -----------------------------------------------------------------------------------------------
 
 
-def test_scorer_matches_the_trainer_and_the_formula(digits, trained) -> None:
+@pytest.mark.parametrize("portable", [False, True])
+def test_scorer_matches_the_trainer_and_the_formula(digits, trained, portable) -> None:
+    """``portable=False`` scores with this process's kernels: the formula on its own logits, to the last bits.
+    The portable scorer (the default) scores in reproducible mode, in a helper process here: the same values to
+    about float32's precision of the logits."""
     public, _, _ = digits
     trainer, w = trained
-    scorer = PublicScorer.from_trainer(trainer, public)
+    scorer = PublicScorer.from_trainer(trainer, public, portable=portable)
     assert scorer.dim == w.shape[0] and scorer.public_size == 50 and scorer.entropy_impl == "exact"
     e_avg, f_pub = scorer(w)
     assert f_pub == pytest.approx(trainer.evaluate(torch.from_numpy(w), public).loss, rel=1e-5)
-    assert e_avg == pytest.approx(float(prediction_entropy(scorer.logits(w)).mean()), rel=1e-12)
+    assert e_avg == pytest.approx(float(prediction_entropy(scorer.logits(w)).mean()), rel=1e-12 if not portable else 1e-5)
     zero = scorer(np.zeros(scorer.dim, dtype=np.float32))  # uniform predictions: E = F = ln 10
     assert zero == pytest.approx((math.log(10), math.log(10)), abs=1e-12)
+
+
+_SCORE_HERE = """
+import json, sys
+import numpy as np
+from learning import reproducible
+from learning.data import DigitsSpec, split_public
+from learning.models import MLPSpec
+from learning.training import PublicScorer
+reproducible.configure()
+public, _ = split_public(DigitsSpec().load().train, 50, rng=np.random.default_rng(0))
+scorer = PublicScorer(MLPSpec(in_features=64, hidden=(64, 32)), public)
+w = np.random.default_rng(1).normal(0, 0.3, scorer.dim).astype(np.float32)
+print(json.dumps([scorer(w), scorer._remote]))
+"""
+
+
+def test_the_portable_scorer_gives_the_bits_of_a_reproducible_process(in_reproducible_mode) -> None:
+    """The helper's scores are bit for bit those a process started in reproducible mode computes itself (which
+    scores in-process, no helper), whatever this process's own kernels."""
+    from learning.data import DigitsSpec, split_public
+    from learning.models import MLPSpec
+
+    (there, remote) = in_reproducible_mode(_SCORE_HERE)
+    assert remote is False, "a process in the mode scores in-process"
+    public, _ = split_public(DigitsSpec().load().train, 50, rng=np.random.default_rng(0))
+    scorer = PublicScorer(MLPSpec(in_features=64, hidden=(64, 32)), public)
+    w = np.random.default_rng(1).normal(0, 0.3, scorer.dim).astype(np.float32)
+    assert list(scorer(w)) == there  # exact: floats through JSON round-trip exactly
 
 
 def test_scorer_is_deterministic_and_memoised_by_content(digits, trained) -> None:

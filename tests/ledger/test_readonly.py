@@ -11,7 +11,6 @@ with the ``-shm`` or both files lost; and ``chain.sqlite`` copied alone from a l
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import json
 import os
@@ -182,18 +181,6 @@ def test_audits_in_a_writable_directory_create_nothing(tmp_path, monkeypatch):
 # --- unwritable for real -----------------------------------------------------------------------
 
 
-def _drop_write_privileges() -> None:  # pragma: no cover - runs in the child before exec
-    """As root, chmod alone does not stop writes: give up the capabilities that bypass file permissions
-    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER) for this process and what it executes, staying
-    uid 0 so that the interpreter under a private home stays readable; else become nobody."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_capbset_drop = 24
-    if all(libc.prctl(pr_capbset_drop, cap, 0, 0, 0) == 0 for cap in (1, 2, 3)):
-        return
-    os.setgid(65534)
-    os.setuid(65534)
-
-
 def _chmod_tree(root: Path, *, writable: bool) -> None:
     for p in [root, *root.rglob("*")]:
         if p.is_dir():
@@ -213,7 +200,7 @@ _MOUNT_RO = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift &&
 
 
 @pytest.mark.parametrize("how", ["directory", "mount"])
-def test_audits_of_a_read_only_ledger(tmp_path, how):
+def test_audits_of_a_read_only_ledger(tmp_path, how, write_privileges_dropped):
     if how == "mount" and not _can_mount_read_only():
         pytest.skip("a read-only bind mount needs root and mount namespaces (unshare -m)")
     root = tmp_path / "ledgers"
@@ -230,7 +217,7 @@ def test_audits_of_a_read_only_ledger(tmp_path, how):
         try:
             r = subprocess.run(
                 child, capture_output=True, text=True, env=env, cwd=tmp_path,
-                preexec_fn=_drop_write_privileges if os.geteuid() == 0 else None, timeout=300,
+                preexec_fn=write_privileges_dropped, timeout=300,
             )
         finally:
             _chmod_tree(root, writable=True)

@@ -162,10 +162,8 @@ def test_flag_bounds_match_the_scenario_bounds():
 
 
 _CHILD = """
-import contextlib, io, json, os, sys
-import concilium.cli, sim, sim._run, node.reexec, tqdm  # every lazy import of the commands, before the drop
-if os.getuid() == 0:
-    os.setgroups([]); os.setgid(65534); os.setuid(65534)
+import contextlib, io, json, sys
+import concilium.cli
 results = []
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
@@ -176,9 +174,15 @@ print(json.dumps(results))
 """
 
 
-def test_unwritable_output_places_are_one_line_errors_and_write_nothing(workspace):
-    """Tests run as root here, where permission bits stop nothing: the commands run in a process that drops to
-    uid/gid 65534 after its imports (when root), against a world-readable workspace with a root-owned folder."""
+def test_unwritable_output_places_are_one_line_errors_and_write_nothing(workspace, write_privileges_dropped):
+    """Tests run as root here, where permission bits stop nothing: the commands run in a process started without
+    the capabilities that override them (``write_privileges_dropped``), against a world-readable workspace with a
+    read-only folder.
+
+    The child used to become uid 65534 after importing what the commands import lazily: a clone under a private
+    home (a parent folder at 0700) was then out of its reach, and the one lazy import the list missed
+    (``torch.utils._device``, which ``with torch.device("meta")`` imports when a scenario loads) failed with
+    ModuleNotFoundError. A child that stays uid 0 reads the checkout wherever it is and imports when it likes."""
     base = Path(tempfile.mkdtemp(prefix="concilium-ro-"))
     try:
         shutil.copytree(Path(workspace["ledger"]).parent, base / "demo")
@@ -188,6 +192,8 @@ def test_unwritable_output_places_are_one_line_errors_and_write_nothing(workspac
         shutil.copy(CORPUS / "scenarios" / "_template.toml", scenario)
         for p in (base, *base.rglob("*")):
             os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        for p in (ro / "empty", ro):
+            os.chmod(p, 0o555)  # nobody may write here, the owner neither
         peer, ledger = workspace["peer"], str(base / "demo" / "ledger")
         denied, no_folder = "cannot write: Permission denied", "cannot create the results folder: Permission denied"
         cases = [
@@ -200,8 +206,8 @@ def test_unwritable_output_places_are_one_line_errors_and_write_nothing(workspac
             (["sim", "run", str(scenario), "--out", f"{ro}/run", "--quiet"], no_folder),
             (["sim", "run", str(scenario), "--out", f"{ro}/empty", "--quiet"], no_folder),
         ]
-        r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([a for a, _ in cases])],
-                           capture_output=True, text=True, cwd=base, timeout=300)
+        r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([a for a, _ in cases])], capture_output=True,
+                           text=True, cwd=base, timeout=300, preexec_fn=write_privileges_dropped)
         assert r.returncode == 0 and r.stderr == "", r.stderr
         for (argv, expected), (code, err) in zip(cases, json.loads(r.stdout), strict=True):
             assert code == 2, (argv, err)

@@ -4,10 +4,12 @@ re-verifies any ledger).
 
 The ledgers come from bundled scenarios whose rules lean on BLAS and numpy reductions: CMFL's distances
 (quickstart, committee mode), FedRo's NNM + trimmed mean (coordinator_corrupt, with its evidence), Krum and the
-geometric median behind NNM, Sself's entropy filter with Multi-Krum inside staleness groups, and seed 000's
-centered clipping. They are written here with this machine's default kernels, then audited in child processes
-that force other OpenBLAS core types (each a different set of dot and matrix kernels), other BLAS thread counts
-and numpy's baseline instructions only; each child must verify every ledger, every round re-executed."""
+geometric median behind NNM, Sself's Multi-Krum inside staleness groups and its entropy filter (a PyTorch
+forward pass over the public split, scored in reproducible mode), and seed 000's centered clipping. They are written here with this machine's default kernels, then audited in child processes
+that force other OpenBLAS core types (each a different set of dot and matrix kernels), other BLAS thread counts,
+numpy's baseline instructions only, PyTorch's portable kernels and MKL's SSE2 path; each child must verify every
+ledger, every round re-executed (before the Sself scores ran in reproducible mode, its ledger failed at height 1
+under MKL's SSE2 path and at height 3 with numpy's SIMD paths off)."""
 
 import dataclasses
 import json
@@ -40,6 +42,9 @@ def _scenarios():
     yield "sself-multi-krum", _with_params(load_scenario(SCENARIOS / "seed002_sync_poison.toml", rounds=3),
                                            aggregator="multi_krum", filter=False)
     yield "seed000-cclip", _with_params(robust, num_clients=40)
+    # the entropy filter and loss weighting: a forward pass over the public split and numpy's exp/log, scored in
+    # reproducible mode (learning.training._portable) by the simulation and by every audit
+    yield "sself-entropy", load_scenario(SCENARIOS / "seed002_sync_poison.toml", rounds=3)
 
 
 def _core_types() -> list[str]:
@@ -98,14 +103,3 @@ def test_ledgers_of_blas_heavy_rules_verify_under_other_kernels(tmp_path):
     environments.append({"NPY_DISABLE_CPU_FEATURES": _numpy_baseline(), "OPENBLAS_CORETYPE": "Prescott",
                          "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"})
     _verify_everywhere(_build(tmp_path, _scenarios()), environments)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: Sself's entropy filter scores each update by a PyTorch forward pass over the public split "
-    "(float32 MKL matrix products and PyTorch's kernels, chosen per CPU) and numpy's exp/log (SIMD paths chosen "
-    "per CPU), and the auditor rebuilds the public split only when its genesis' initial model (PyTorch's "
-    "initialisation, per CPU) matches: a ledger written on one CPU fails re-execution on another"))
-def test_a_sself_ledger_with_the_entropy_filter_verifies_on_other_kernels(tmp_path):
-    ledgers = _build(tmp_path, [("sself-entropy", load_scenario(SCENARIOS / "seed002_sync_poison.toml", rounds=3))])
-    _verify_everywhere(ledgers, [{"NPY_DISABLE_CPU_FEATURES": _numpy_baseline()},
-                                 {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}])

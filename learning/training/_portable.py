@@ -1,0 +1,167 @@
+"""The public-split evaluation of a process that is not in reproducible mode, in one that is.
+
+Sself's entropy filter and loss weighting (seed_002 eq. 4) score every update by a forward pass over the public
+split and numpy's ``exp``/``log``. Validators and the auditor re-execute those scores and compare the aggregate bit
+for bit, so they must be the same on every x86-64 CPU; by default they are not (PyTorch, MKL and numpy pick their
+kernels per CPU, ``learning.reproducible``). So a :class:`~learning.training.PublicScorer` in a process that is not
+in reproducible mode sends each model to one helper process started in that mode (:class:`PortableEvaluator`,
+one per process, shared by its scorers) and takes back ``(E_avg, F_pub)``; in a reproducible process it computes
+them itself: the same bits either way.
+
+The helper runs :func:`serve` (``python -c "from learning.training._portable import serve; serve()"``). It talks over its stdin/stdout in
+frames (a 4-byte big-endian length, then the bytes): a registration (a JSON header: the model spec's module, name
+and parameters, the entropy implementation, the batch size, the public inputs' and labels' shapes and dtypes;
+then the two arrays' raw bytes) answered with the scorer's index, and evaluations (the index, then the model's
+float32 bytes) answered with two little-endian float64. Only this process's own data crosses (never a peer's
+bytes unchecked: a model is a float32 vector of the scorer's length, checked on both sides); nothing is pickled.
+It exits at end of input: when its parent closes the pipe or dies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from learning._errors import LearningError
+
+__all__ = ["PortableEvaluator", "portable_evaluator", "serve"]
+
+_LEN = struct.Struct(">I")
+_SCORES = struct.Struct("<dd")
+_REGISTER, _EVALUATE = b"R", b"E"
+
+
+def _write(out: BinaryIO, *parts: bytes) -> None:
+    body = b"".join(parts)
+    out.write(_LEN.pack(len(body)) + body)
+    out.flush()
+
+
+def _read(src: BinaryIO) -> bytes | None:
+    head = src.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack(head)
+    body = src.read(n)
+    if len(body) != n:
+        return None
+    return body
+
+
+class PortableEvaluator:
+    """A helper process in reproducible mode that evaluates public splits for this process (see the module)."""
+
+    def __init__(self) -> None:
+        from learning import reproducible  # noqa: PLC0415
+
+        self._proc = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
+            [sys.executable, "-c", "from learning.training._portable import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=reproducible.environment(), close_fds=True,
+        )
+        self._lock = threading.Lock()
+        self.pid = os.getpid()
+
+    def _ask(self, *parts: bytes) -> bytes:
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            try:
+                _write(self._proc.stdin, *parts)  # type: ignore[arg-type]
+                reply = _read(self._proc.stdout)  # type: ignore[arg-type]
+            except (BrokenPipeError, OSError):
+                reply = None
+            if reply is None:
+                raise LearningError(
+                    f"the portable public-split evaluator (pid {self._proc.pid}) stopped (exit {self._proc.poll()})"
+                )
+            return reply
+
+    def register(self, spec: Any, x: np.ndarray, labels: np.ndarray, *, num_classes: int, entropy_impl: str,
+                 batch_size: int) -> int:
+        """Send a scorer's model architecture and public split once; its index for :meth:`evaluate`."""
+        x, labels = np.ascontiguousarray(x), np.ascontiguousarray(labels)
+        header = json.dumps({
+            "module": type(spec).__module__, "model": spec.name, "params": dataclasses.asdict(spec),
+            "entropy_impl": entropy_impl, "batch_size": batch_size, "num_classes": num_classes,
+            "x": [list(x.shape), x.dtype.str], "labels": [list(labels.shape), labels.dtype.str],
+        }).encode()
+        reply = self._ask(_REGISTER, _LEN.pack(len(header)), header, x.tobytes(), labels.tobytes())
+        return int.from_bytes(reply, "big")
+
+    def evaluate(self, index: int, model: np.ndarray) -> tuple[float, float]:
+        """``(E_avg, F_pub)`` of the float32 vector ``model`` for scorer ``index``."""
+        reply = self._ask(_EVALUATE, index.to_bytes(4, "big"), np.ascontiguousarray(model, dtype="<f4").tobytes())
+        if len(reply) != _SCORES.size:
+            raise LearningError(f"the portable public-split evaluator answered {reply[:80]!r}")
+        e_avg, f_pub = _SCORES.unpack(reply)
+        return e_avg, f_pub
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self._proc.kill()
+
+
+_EVALUATOR: PortableEvaluator | None = None
+_EVALUATOR_LOCK = threading.Lock()
+
+
+def portable_evaluator() -> PortableEvaluator:
+    """This process's helper, started on first use (a forked child starts its own: the pipes are its parent's)."""
+    global _EVALUATOR
+    with _EVALUATOR_LOCK:
+        if _EVALUATOR is None or _EVALUATOR.pid != os.getpid() or _EVALUATOR._proc.poll() is not None:
+            _EVALUATOR = PortableEvaluator()
+        return _EVALUATOR
+
+
+def serve(src: BinaryIO | None = None, out: BinaryIO | None = None) -> None:
+    """The helper's loop (on stdin and stdout by default), in a process started in reproducible mode."""
+    src = sys.stdin.buffer if src is None else src
+    out = sys.stdout.buffer if out is None else out
+    from learning import reproducible  # noqa: PLC0415
+    from learning.data import Dataset  # noqa: PLC0415
+    from learning.models import model_spec  # noqa: PLC0415
+    from learning.training._public import PublicScorer  # noqa: PLC0415
+
+    reproducible.configure()  # refuses to serve with other bits than the mode's
+    import torch  # noqa: PLC0415
+
+    scorers: list[PublicScorer] = []
+    while (frame := _read(src)) is not None:
+        kind, body = frame[:1], frame[1:]
+        if kind == _REGISTER:
+            (n,) = _LEN.unpack(body[: _LEN.size])
+            head = json.loads(body[_LEN.size : _LEN.size + n])
+            importlib.import_module(head["module"])  # the spec's registry entry (an app's model, too)
+            spec = model_spec(head["model"], head["params"])
+            rest = memoryview(body)[_LEN.size + n :]
+            (xs, xt), (ys, yt) = head["x"], head["labels"]
+            xn = int(np.prod(xs)) * np.dtype(xt).itemsize
+            x = np.frombuffer(rest[:xn], dtype=xt).reshape(xs).copy()
+            y = np.frombuffer(rest[xn:], dtype=yt).reshape(ys).copy()
+            public = Dataset(torch.from_numpy(x), torch.from_numpy(y), num_classes=head["num_classes"])
+            scorers.append(PublicScorer(spec, public, entropy_impl=head["entropy_impl"], batch_size=head["batch_size"],
+                                        memo_size=0, portable=False))
+            _write(out, (len(scorers) - 1).to_bytes(4, "big"))
+        elif kind == _EVALUATE:
+            scorer = scorers[int.from_bytes(body[:4], "big")]
+            model = np.frombuffer(body[4:], dtype="<f4").copy()
+            _write(out, _SCORES.pack(*scorer(model)))
+        else:
+            raise SystemExit(f"learning.training._portable: unknown frame {kind!r}")
+
