@@ -8,7 +8,7 @@ in reproducible mode sends each model to one helper process started in that mode
 one per process, shared by its scorers) and takes back ``(E_avg, F_pub)``; in a reproducible process it computes
 them itself: the same bits either way.
 
-The helper runs :func:`serve` (``python -c "from learning.training._portable import serve; serve()"``). It talks over its stdin/stdout in
+The helper runs ``learning.training._public.serve_portable`` (the scorer's own module: this one imports no scorer). It talks over its stdin/stdout in
 frames (a 4-byte big-endian length, then the bytes): a registration (a JSON header: the model spec's module, name
 and parameters, the entropy implementation, the batch size, the public inputs' and labels' shapes and dtypes;
 then the two arrays' raw bytes) answered with the scorer's index, and evaluations (the index, then the model's
@@ -20,7 +20,6 @@ It exits at end of input: when its parent closes the pipe or dies.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import struct
@@ -33,24 +32,27 @@ import numpy as np
 
 from learning._errors import LearningError
 
-__all__ = ["PortableEvaluator", "portable_evaluator", "serve"]
+__all__ = [
+    "EVALUATE", "LENGTH", "REGISTER", "SCORES", "PortableEvaluator", "portable_evaluator", "read_frame", "write_frame",
+]
 
-_LEN = struct.Struct(">I")
-_SCORES = struct.Struct("<dd")
-_REGISTER, _EVALUATE = b"R", b"E"
+LENGTH = struct.Struct(">I")
+"""A frame's length prefix, and a registration header's."""
+SCORES = struct.Struct("<dd")
+REGISTER, EVALUATE = b"R", b"E"
 
 
-def _write(out: BinaryIO, *parts: bytes) -> None:
+def write_frame(out: BinaryIO, *parts: bytes) -> None:
     body = b"".join(parts)
-    out.write(_LEN.pack(len(body)) + body)
+    out.write(LENGTH.pack(len(body)) + body)
     out.flush()
 
 
-def _read(src: BinaryIO) -> bytes | None:
-    head = src.read(_LEN.size)
-    if len(head) < _LEN.size:
+def read_frame(src: BinaryIO) -> bytes | None:
+    head = src.read(LENGTH.size)
+    if len(head) < LENGTH.size:
         return None
-    (n,) = _LEN.unpack(head)
+    (n,) = LENGTH.unpack(head)
     body = src.read(n)
     if len(body) != n:
         return None
@@ -64,7 +66,7 @@ class PortableEvaluator:
         from learning import reproducible  # noqa: PLC0415
 
         self._proc = subprocess.Popen(  # noqa: S603 - this interpreter, our own module
-            [sys.executable, "-c", "from learning.training._portable import serve; serve()"],
+            [sys.executable, "-c", "from learning.training._public import serve_portable; serve_portable()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=reproducible.environment(), close_fds=True,
         )
         self._lock = threading.Lock()
@@ -74,8 +76,8 @@ class PortableEvaluator:
         with self._lock:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             try:
-                _write(self._proc.stdin, *parts)  # type: ignore[arg-type]
-                reply = _read(self._proc.stdout)  # type: ignore[arg-type]
+                write_frame(self._proc.stdin, *parts)  # type: ignore[arg-type]
+                reply = read_frame(self._proc.stdout)  # type: ignore[arg-type]
             except (BrokenPipeError, OSError):
                 reply = None
             if reply is None:
@@ -93,15 +95,15 @@ class PortableEvaluator:
             "entropy_impl": entropy_impl, "batch_size": batch_size, "num_classes": num_classes,
             "x": [list(x.shape), x.dtype.str], "labels": [list(labels.shape), labels.dtype.str],
         }).encode()
-        reply = self._ask(_REGISTER, _LEN.pack(len(header)), header, x.tobytes(), labels.tobytes())
+        reply = self._ask(REGISTER, LENGTH.pack(len(header)), header, x.tobytes(), labels.tobytes())
         return int.from_bytes(reply, "big")
 
     def evaluate(self, index: int, model: np.ndarray) -> tuple[float, float]:
         """``(E_avg, F_pub)`` of the float32 vector ``model`` for scorer ``index``."""
-        reply = self._ask(_EVALUATE, index.to_bytes(4, "big"), np.ascontiguousarray(model, dtype="<f4").tobytes())
-        if len(reply) != _SCORES.size:
+        reply = self._ask(EVALUATE, index.to_bytes(4, "big"), np.ascontiguousarray(model, dtype="<f4").tobytes())
+        if len(reply) != SCORES.size:
             raise LearningError(f"the portable public-split evaluator answered {reply[:80]!r}")
-        e_avg, f_pub = _SCORES.unpack(reply)
+        e_avg, f_pub = SCORES.unpack(reply)
         return e_avg, f_pub
 
     def close(self) -> None:
@@ -127,41 +129,3 @@ def portable_evaluator() -> PortableEvaluator:
         if _EVALUATOR is None or _EVALUATOR.pid != os.getpid() or _EVALUATOR._proc.poll() is not None:
             _EVALUATOR = PortableEvaluator()
         return _EVALUATOR
-
-
-def serve(src: BinaryIO | None = None, out: BinaryIO | None = None) -> None:
-    """The helper's loop (on stdin and stdout by default), in a process started in reproducible mode."""
-    src = sys.stdin.buffer if src is None else src
-    out = sys.stdout.buffer if out is None else out
-    from learning import reproducible  # noqa: PLC0415
-    from learning.data import Dataset  # noqa: PLC0415
-    from learning.models import model_spec  # noqa: PLC0415
-    from learning.training._public import PublicScorer  # noqa: PLC0415
-
-    reproducible.configure()  # refuses to serve with other bits than the mode's
-    import torch  # noqa: PLC0415
-
-    scorers: list[PublicScorer] = []
-    while (frame := _read(src)) is not None:
-        kind, body = frame[:1], frame[1:]
-        if kind == _REGISTER:
-            (n,) = _LEN.unpack(body[: _LEN.size])
-            head = json.loads(body[_LEN.size : _LEN.size + n])
-            importlib.import_module(head["module"])  # the spec's registry entry (an app's model, too)
-            spec = model_spec(head["model"], head["params"])
-            rest = memoryview(body)[_LEN.size + n :]
-            (xs, xt), (ys, yt) = head["x"], head["labels"]
-            xn = int(np.prod(xs)) * np.dtype(xt).itemsize
-            x = np.frombuffer(rest[:xn], dtype=xt).reshape(xs).copy()
-            y = np.frombuffer(rest[xn:], dtype=yt).reshape(ys).copy()
-            public = Dataset(torch.from_numpy(x), torch.from_numpy(y), num_classes=head["num_classes"])
-            scorers.append(PublicScorer(spec, public, entropy_impl=head["entropy_impl"], batch_size=head["batch_size"],
-                                        memo_size=0, portable=False))
-            _write(out, (len(scorers) - 1).to_bytes(4, "big"))
-        elif kind == _EVALUATE:
-            scorer = scorers[int.from_bytes(body[:4], "big")]
-            model = np.frombuffer(body[4:], dtype="<f4").copy()
-            _write(out, _SCORES.pack(*scorer(model)))
-        else:
-            raise SystemExit(f"learning.training._portable: unknown frame {kind!r}")
-

@@ -34,10 +34,14 @@ of the model's float32 bytes in a small LRU, because every validator re-scores t
 from __future__ import annotations
 
 import hashlib
+import importlib
+import json
 import math
+import os
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import numpy as np
 import torch
@@ -45,9 +49,9 @@ import torch
 from learning import reproducible
 from learning._errors import ConfigError
 from learning.data import Dataset
-from learning.models import FlatParameters, ModelSpec, build_model
+from learning.models import FlatParameters, ModelSpec, build_model, model_spec
 from learning.training._local import LocalTrainer
-from learning.training._portable import portable_evaluator
+from learning.training._portable import EVALUATE, LENGTH, REGISTER, SCORES, portable_evaluator, read_frame, write_frame
 
 __all__ = [
     "ENTROPY_IMPLS",
@@ -278,3 +282,38 @@ class PublicScorer:
             dtype = getattr(model, "dtype", type(model).__name__)
             raise ValueError(f"PublicScorer: expected a float32 vector of shape ({self.dim},), got {dtype} {shape}")
         return np.ascontiguousarray(model, dtype="<f4")
+
+
+def serve_portable(src: BinaryIO | None = None, out: BinaryIO | None = None) -> None:
+    """The loop of the helper process of ``learning.training._portable`` (on stdin and stdout by default), in a
+    process started in reproducible mode: it registers scorers and scores models for its parent."""
+    src = sys.stdin.buffer if src is None else src
+    if out is None:  # the frames get fd 1 to themselves: anything printed by a library goes to stderr instead
+        out = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    reproducible.configure()  # refuses to serve with other bits than the mode's
+    scorers: list[PublicScorer] = []
+    while (frame := read_frame(src)) is not None:
+        kind, body = frame[:1], frame[1:]
+        if kind == REGISTER:
+            (n,) = LENGTH.unpack(body[: LENGTH.size])
+            head = json.loads(body[LENGTH.size : LENGTH.size + n])
+            importlib.import_module(head["module"])  # the spec's registry entry (an app's model, too)
+            spec = model_spec(head["model"], head["params"])
+            rest = memoryview(body)[LENGTH.size + n :]
+            (xs, xt), (ys, yt) = head["x"], head["labels"]
+            xn = int(np.prod(xs)) * np.dtype(xt).itemsize
+            x = np.frombuffer(rest[:xn], dtype=xt).reshape(xs).copy()
+            y = np.frombuffer(rest[xn:], dtype=yt).reshape(ys).copy()
+            public = Dataset(torch.from_numpy(x), torch.from_numpy(y), num_classes=head["num_classes"])
+            scorers.append(PublicScorer(spec, public, entropy_impl=head["entropy_impl"], batch_size=head["batch_size"],
+                                        memo_size=0, portable=False))
+            write_frame(out, (len(scorers) - 1).to_bytes(4, "big"))
+        elif kind == EVALUATE:
+            scorer = scorers[int.from_bytes(body[:4], "big")]
+            model = np.frombuffer(body[4:], dtype="<f4").copy()
+            write_frame(out, SCORES.pack(*scorer(model)))
+        else:
+            raise SystemExit(f"learning.training._public.serve_portable: unknown frame {kind!r}")
+

@@ -6,6 +6,7 @@ tests fail, they are not skipped. One local Ray instance (``ray.init(num_cpus=2)
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -59,6 +60,31 @@ def test_ray_gives_the_local_ledger_head_with_one_model_transfer_per_round(local
     assert models == rounds and sc.rounds <= rounds <= sc.rounds + 1, out
     assert (tmp_path / "r" / "accuracy.png").stat().st_size > 0 and (tmp_path / "r" / "acceptance.png").stat().st_size > 0
     assert ray.is_initialized(), "a Ray instance the run joined stays up"
+
+
+def test_ray_trainers_run_in_reproducible_mode(local_ray, tmp_path):
+    """``--executor ray --reproducible`` against this module's Ray instance, started by this process outside the mode:
+    the command runs again in the mode, and its trainers (worker processes of a raylet that is not in it) start in
+    the mode's environment (``runtime_env``; a trainer that was not would refuse to build its world): the head of
+    the local executor in reproducible mode, under a forced PyTorch kernel set that changes default-mode heads."""
+    sc = _scenario(rounds=2)
+    path = tmp_path / "scenario.toml"
+    path.write_text(tomli_w.dumps(scenario_toml(sc)), encoding="utf-8")
+    heads, outputs = [], []
+    address = ray.get_runtime_context().gcs_address
+    for name, extra in (("ray", ["--executor", "ray", "--ray-address", address]), ("local", ["--workers", "0"])):
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "CONCILIUM_REPRODUCIBLE")}
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
+        r = subprocess.run([sys.executable, "-m", "concilium", "sim", "run", str(path), "--out", str(tmp_path / name),
+                            "--quiet", "--reproducible", *extra], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["reproducible"] and summary["ledger_verified"], summary
+        heads.append(summary["head_hash"])
+        outputs.append(r.stdout)
+    m = re.search(r"^ray: (\d+) trainers, (\d+) jobs", outputs[0], re.M)
+    assert m is not None and int(m.group(1)) >= 1 and int(m.group(2)) >= sc.rounds * sc.members, outputs[0]
+    assert heads[0] == heads[1], heads
 
 
 def test_ray_options_are_checked_before_anything_runs(tmp_path, capsys):
