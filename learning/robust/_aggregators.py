@@ -18,14 +18,15 @@ Conventions shared by every rule
   there is no global RNG anywhere.
 * **weights.** Rules with ``supports_weights = True`` accept ``weights=`` (e.g. sample counts ``n_k``; normalised
   to sum to one). The others raise ``ConfigError`` when given weights rather than silently ignoring them.
-* **Determinism.** ``bit_reproducible = True`` means: the same input bytes (same row order) on the same platform
-  (CPU, numpy, OpenBLAS build) give the same output bytes, whatever the caller's memory layout and whatever the
-  BLAS thread count. Every reduction runs in a fixed order in numpy's own loops; the one BLAS call is the
-  ``float64`` Gram matrix ``X Xᵀ``, computed as ``B @ B.T`` per column block, which numpy sends to ``dsyrk``.
-  OpenBLAS's ``dsyrk`` gives the same bits for any thread count, whereas ``dgemm``/``dgemv`` do not (measured:
-  ``A @ B`` and ``c @ X`` change with ``OPENBLAS_NUM_THREADS``); ``tests/contracts/test_aggregators.py`` checks
-  every rule with 1, 2 and 4 threads, and fails if the Gram is computed with ``gemm``. Small ``n x n`` products
-  are done with elementwise numpy, never with BLAS. The memory-bound passes (sums, sorts, norms) are split over
+* **Determinism.** ``bit_reproducible = True`` means: the same input bytes (same row order) give the same output
+  bytes on any x86-64 CPU (for one numpy build), whatever the caller's memory layout, the BLAS kernel OpenBLAS
+  picks for the CPU and the BLAS thread count. Every reduction runs in a fixed order in numpy's own loops; the one
+  use of BLAS is the ``float64`` Gram matrix ``X Xᵀ``, whose blocks are split into integer limbs so that every
+  product and partial sum is exact (:func:`_exact_block_gram`): any kernel and any order give the same bits (a
+  plain ``B @ B.T`` gave three digests under four OpenBLAS core types). ``tests/contracts/test_aggregators.py``
+  checks every rule with 1, 2 and 4 threads and under OpenBLAS core types Prescott, Nehalem, Haswell and SkylakeX
+  (as the CPU allows) and numpy's baseline instructions. Small ``n x n`` products are done with elementwise numpy,
+  never with BLAS. The memory-bound passes (sums, sorts, norms) are split over
   up to ``learning.robust._validate.WORKERS`` threads by *disjoint column ranges*, each output element computed by the
   same operations whatever the split, so the bytes do not depend on that number either (also tested).
 * **Permutation invariance.** ``permutation_invariant = True`` means the rule is a symmetric function of its
@@ -40,6 +41,7 @@ so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, TypeVar, runtime_checkable
@@ -133,20 +135,66 @@ def _no_weights(rule: object, weights: object) -> None:
 # Numerical kernels (float64, fixed reduction orders)
 
 
-def _gram(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
-    """``G = X Xᵀ`` in float64, accumulated over column blocks in a fixed order.
+_LIMB_BITS = 21
+"""Bits of each of the two integer limbs a Gram block is split into (:func:`_exact_block_gram`)."""
+_LIMB = float(1 << _LIMB_BITS)
+_EXACT_WIDTH = 2048
+"""Columns per exact product: 2 limbs of 21 bits give products below 2**42, and 2,048 of them sum below 2**53, so every
+partial sum a BLAS kernel can form, in whatever order, is an integer float64 holds exactly."""
 
-    Each block is converted to float64 (``float32 x float32`` products are exact in float64) and multiplied
-    with ``B @ B.T``, which numpy sends to BLAS ``dsyrk``, whose result does not depend on the thread count
-    (unlike ``dgemm``; checked by the conformance tests). ``start`` (a multiple of the block width) and ``partial``
-    (the Gram matrix of the columns before ``start``, not modified) resume the same accumulation: the result has
-    the bytes of ``_gram(x)``.
+
+def _exact_block_gram(b: np.ndarray) -> np.ndarray:
+    """``B Bᵀ`` of a float64 block of at most :data:`_EXACT_WIDTH` columns, **the same bits on any CPU**.
+
+    BLAS kernels (OpenBLAS picks one per CPU: Prescott, Nehalem, Haswell, SkylakeX, ...) sum the products in
+    different orders, so a plain ``B @ B.T`` rounds differently from CPU to CPU and a validator or an auditor on
+    another machine would not re-execute the aggregate bit for bit (measured: four core types, three Gram
+    digests). Here each row is scaled by a power of two ``s_i`` (exact) so that its largest magnitude is below 1,
+    and each entry ``y = x/s_i`` is split into integer limbs ``y ≈ (h + l·2⁻²¹)·2⁻²¹·2²¹`` with ``|h|, |l| < 2²¹``
+    (truncations: exact operations). Every product of limbs is an integer below 2⁴², every sum of at most 2,048 of
+    them an integer below 2⁵³: exactly representable, so ``H Hᵀ``, ``H Lᵀ`` and ``L Lᵀ`` are exact whatever order or
+    fused multiply-add a BLAS kernel uses. They are combined in one fixed order of numpy operations and scaled
+    back (powers of two). The only approximation is the truncation below ``2⁻⁴²`` of the row's largest magnitude in
+    the block (a float32 entry within ``2⁻¹⁸`` of it is represented exactly): an outlier row costs the other rows
+    no precision.
+    """
+    top = np.max(np.abs(b), axis=1) if b.size else np.zeros(b.shape[0])
+    if not np.isfinite(top).all():
+        return b @ b.T  # non-finite input: non-finite output (the callers report it), no exactness to keep
+    exponent = np.frexp(top)[1]  # per row, 2**exponent is above every |entry| of the row (exponent 0 for zeros)
+    y = np.ldexp(b, (_LIMB_BITS - exponent)[:, None])  # |y| < 2**21, exact (a power of two, subnormals included)
+    hi = np.trunc(y)
+    lo = np.trunc((y - hi) * _LIMB)  # y - hi is exact; the product by 2**21 too
+    hh = hi @ hi.T
+    hl = hi @ lo.T
+    ll = lo @ lo.T
+    g = hh * _LIMB + (hl + hl.T)  # from here on float64 rounding, in this fixed order of elementwise operations
+    g += ll / _LIMB
+    return np.ldexp(g, np.add.outer(exponent, exponent) - 3 * _LIMB_BITS)
+
+
+def _exact_gram(b: np.ndarray) -> np.ndarray:
+    """``B Bᵀ`` of a float64 block of any width: :func:`_exact_block_gram` per :data:`_EXACT_WIDTH` columns, summed in
+    column order."""
+    g = _exact_block_gram(b[:, :_EXACT_WIDTH])
+    for j0 in range(_EXACT_WIDTH, b.shape[1], _EXACT_WIDTH):
+        g += _exact_block_gram(b[:, j0 : j0 + _EXACT_WIDTH])
+    return g
+
+
+def _gram(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
+    """``G = X Xᵀ`` in float64, accumulated over column blocks in a fixed order, the same bits on any x86-64 CPU.
+
+    Each block is converted to float64 and multiplied with :func:`_exact_gram` (exact integer limb products, so
+    neither the BLAS kernel nor its thread count changes a bit). ``start`` (a multiple of the block width) and
+    ``partial`` (the Gram matrix of the columns before ``start``, not modified) resume the same accumulation: the
+    result has the bytes of ``_gram(x)``.
     """
     n, d = x.shape
     g = np.zeros((n, n), dtype=np.float64) if partial is None else partial.copy()
     for j0 in range(start, d, _GRAM_BLOCK):
         b = x[:, j0 : j0 + _GRAM_BLOCK].astype(np.float64)
-        g += b @ b.T
+        g += _exact_gram(b)
     return g
 
 
@@ -162,7 +210,9 @@ def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
 
     One pass over the data, as :func:`_gram`: per column block the rows are converted to float64 into one reused
     C-contiguous buffer, ``x_m`` is subtracted in place (float64: exact for float32 inputs of similar magnitude) and
-    ``B @ B.T`` goes to ``dsyrk`` (thread-count independent).
+    the block's product is :func:`_exact_gram`'s (the same bits on any CPU). The last row ``x_m`` is far larger than
+    the differences: its products go apart (``G̃`` row and column ``n``), so that the differences' own block keeps
+    their precision.
     """
     n, d = x.shape
     g = np.zeros((n + 1, n + 1), dtype=np.float64)
@@ -175,8 +225,22 @@ def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
         np.copyto(y, block)
         b[n] = y[m]
         np.subtract(y, b[n], out=y)
-        g += b @ b.T
+        g[:n, :n] += _exact_gram(y)
+        cross = _exact_cross(y, b[n])
+        g[:n, n] += cross
+        g[n, :n] += cross
+        g[n, n] += float(_exact_gram(b[n : n + 1])[0, 0])
     return g
+
+
+def _exact_cross(y: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``Y v`` (one vector against every row), the same bits on any CPU: the off-diagonal column of
+    ``_exact_gram([Y; v])`` computed per :data:`_EXACT_WIDTH` columns, in column order."""
+    out = np.zeros(y.shape[0], dtype=np.float64)
+    for j0 in range(0, y.shape[1], _EXACT_WIDTH):
+        both = np.vstack([y[:, j0 : j0 + _EXACT_WIDTH], v[None, j0 : j0 + _EXACT_WIDTH]])
+        out += _exact_block_gram(both)[:-1, -1]
+    return out
 
 
 #: Recompute the geometric median's Gram matrix relative to a central input when the inputs' median squared norm

@@ -282,12 +282,13 @@ print(json.dumps(out))
 """
 
 
-def _digests(threads: int, specs: list[str]) -> dict[str, str]:
-    env = dict(os.environ)
+def _digests(threads: int, specs: list[str], **env_over: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS_CORETYPE", "NPY_"))}
     env.update(
         OPENBLAS_NUM_THREADS=str(threads),
         OMP_NUM_THREADS=str(threads),
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        **env_over,
     )
     proc = subprocess.run(
         [sys.executable, "-c", _DIGEST_SCRIPT, json.dumps(specs)],
@@ -310,6 +311,28 @@ def test_bit_reproducible_rules_do_not_depend_on_the_blas_thread_count() -> None
     four = _digests(4, specs)
     assert set(one) == {"gram", *specs}
     assert one == two == four
+
+
+def _core_types() -> list[str]:
+    """OpenBLAS core types this CPU can run (each its own dgemm/dsyrk kernels): SSE3's and SSE4.2's always, AVX2's
+    and AVX-512's when the CPU has them."""
+    flags: set[str] = set()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    return ["Prescott", "Nehalem", *(["Haswell"] if "avx2" in flags else []), *(["SkylakeX"] if "avx512f" in flags else [])]
+
+
+def test_bit_reproducible_rules_give_the_same_bits_on_any_cpu() -> None:
+    """What another x86-64 CPU would pick: other OpenBLAS kernels (a plain ``B @ B.T`` Gram gave three digests under
+    four core types), numpy's baseline instructions only. A validator or an auditor on any machine re-executes the
+    aggregate bit for bit."""
+    from learning import reproducible
+
+    specs = [format_aggregator(r) for r in make_rules(24) if r.bit_reproducible]  # type: ignore[arg-type,attr-defined]
+    digests = [_digests(1, specs, OPENBLAS_CORETYPE=kind) for kind in _core_types()]
+    digests.append(_digests(2, specs, NPY_DISABLE_CPU_FEATURES=reproducible.variables()["NPY_DISABLE_CPU_FEATURES"]))
+    assert len(digests) >= 3 and all(d == digests[0] for d in digests), digests
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
