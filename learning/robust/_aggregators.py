@@ -41,6 +41,7 @@ so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost o
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ import numpy as np
 
 from learning._config import check_choice, check_float, check_int, register
 from learning._errors import ConfigError
-from learning.robust._validate import check_rng, parallel_ranges, validate_updates, validate_weights
+from learning.robust._validate import check_rng, kernel_threads, parallel_ranges, validate_updates, validate_weights
 
 __all__ = [
     "AGGREGATORS",
@@ -143,59 +144,97 @@ _EXACT_WIDTH = 2048
 partial sum a BLAS kernel can form, in whatever order, is an integer float64 holds exactly."""
 
 
-def _exact_block_gram(b: np.ndarray) -> np.ndarray:
-    """``B Bᵀ`` of a float64 block of at most :data:`_EXACT_WIDTH` columns, **the same bits on any CPU**.
+def _exact_block_gram(b: np.ndarray, buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """``B Bᵀ`` (float64) of a float32 or float64 block of at most :data:`_EXACT_WIDTH` columns, **the same bits on
+    any CPU**.
 
     BLAS kernels (OpenBLAS picks one per CPU: Prescott, Nehalem, Haswell, SkylakeX, ...) sum the products in
     different orders, so a plain ``B @ B.T`` rounds differently from CPU to CPU and a validator or an auditor on
     another machine would not re-execute the aggregate bit for bit (measured: four core types, three Gram
-    digests). Here each row is scaled by a power of two ``s_i`` (exact) so that its largest magnitude is below 1,
-    and each entry ``y = x/s_i`` is split into integer limbs ``y ≈ (h + l·2⁻²¹)·2⁻²¹·2²¹`` with ``|h|, |l| < 2²¹``
-    (truncations: exact operations). Every product of limbs is an integer below 2⁴², every sum of at most 2,048 of
-    them an integer below 2⁵³: exactly representable, so ``H Hᵀ``, ``H Lᵀ`` and ``L Lᵀ`` are exact whatever order or
-    fused multiply-add a BLAS kernel uses. They are combined in one fixed order of numpy operations and scaled
-    back (powers of two). The only approximation is the truncation below ``2⁻⁴²`` of the row's largest magnitude in
-    the block (a float32 entry within ``2⁻¹⁸`` of it is represented exactly): an outlier row costs the other rows
-    no precision.
+    digests). Here each row is scaled by a power of two (exact) so that its largest magnitude is below ``2²¹``, and
+    each scaled entry ``y`` is split into integer limbs ``y ≈ h + l·2⁻²¹`` with ``|h|, |l| < 2²¹`` (truncations:
+    exact operations). Every product of limbs is an integer below ``2⁴²``, every sum of at most 2,048 of them an
+    integer below ``2⁵³``: exactly representable, so ``H Hᵀ``, ``H Lᵀ`` and ``L Lᵀ`` are exact whatever order or fused
+    multiply-add a BLAS kernel uses. They are combined in one fixed order of numpy operations and scaled back
+    (powers of two). The only approximation is the truncation below ``2⁻⁴²`` of the row's largest magnitude in the
+    block (a float32 entry within ``2⁻¹⁸`` of it is represented exactly): an outlier row costs the others nothing.
+    ``buffers``: three float64 arrays of at least ``b``'s shape to work in (a caller's loop reuses them).
     """
-    top = np.max(np.abs(b), axis=1) if b.size else np.zeros(b.shape[0])
+    n, w = b.shape
+    top = np.maximum(b.max(axis=1), -b.min(axis=1)).astype(np.float64) if b.size else np.zeros(n)
     if not np.isfinite(top).all():
-        return b @ b.T  # non-finite input: non-finite output (the callers report it), no exactness to keep
+        return b.astype(np.float64) @ b.astype(np.float64).T  # non-finite in, non-finite out (the callers report it)
     exponent = np.frexp(top)[1]  # per row, 2**exponent is above every |entry| of the row (exponent 0 for zeros)
-    y = np.ldexp(b, (_LIMB_BITS - exponent)[:, None])  # |y| < 2**21, exact (a power of two, subnormals included)
-    hi = np.trunc(y)
-    lo = np.trunc((y - hi) * _LIMB)  # y - hi is exact; the product by 2**21 too
-    hh = hi @ hi.T
+    y, hi, lo = (np.empty((n, w)) for _ in range(3)) if buffers is None else (a[:n, :w] for a in buffers)
+    shift = _LIMB_BITS - exponent
+    if np.abs(shift).max(initial=0) < 1000:  # the factor is a normal float64: one exact multiplication
+        np.multiply(b, np.ldexp(1.0, shift)[:, None], out=y)
+    else:  # subnormal or huge entries
+        np.ldexp(b, shift[:, None], out=y)
+    np.trunc(y, out=hi)
+    np.subtract(y, hi, out=y)  # exact: the fraction
+    y *= _LIMB  # exact
+    np.trunc(y, out=lo)
+    g = hi @ hi.T
+    g *= _LIMB
     hl = hi @ lo.T
-    ll = lo @ lo.T
-    g = hh * _LIMB + (hl + hl.T)  # from here on float64 rounding, in this fixed order of elementwise operations
-    g += ll / _LIMB
+    g += hl  # from here on float64 rounding, in this fixed order of elementwise operations
+    g += hl.T
+    g += (lo @ lo.T) / _LIMB
     return np.ldexp(g, np.add.outer(exponent, exponent) - 3 * _LIMB_BITS)
 
 
 def _exact_gram(b: np.ndarray) -> np.ndarray:
-    """``B Bᵀ`` of a float64 block of any width: :func:`_exact_block_gram` per :data:`_EXACT_WIDTH` columns, summed in
+    """``B Bᵀ`` (float64) of a block of any width: :func:`_exact_block_gram` per :data:`_EXACT_WIDTH` columns, summed in
     column order."""
-    g = _exact_block_gram(b[:, :_EXACT_WIDTH])
-    for j0 in range(_EXACT_WIDTH, b.shape[1], _EXACT_WIDTH):
-        g += _exact_block_gram(b[:, j0 : j0 + _EXACT_WIDTH])
+    n, d = b.shape
+    width = min(d, _EXACT_WIDTH)
+    buffers = (np.empty((n, width)), np.empty((n, width)), np.empty((n, width)))
+    g = _exact_block_gram(b[:, :_EXACT_WIDTH], buffers)
+    for j0 in range(_EXACT_WIDTH, d, _EXACT_WIDTH):
+        g += _exact_block_gram(b[:, j0 : j0 + _EXACT_WIDTH], buffers)
     return g
 
 
 def _gram(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
-    """``G = X Xᵀ`` in float64, accumulated over column blocks in a fixed order, the same bits on any x86-64 CPU.
+    """``G = X Xᵀ`` in float64, the same bits on any x86-64 CPU, for any BLAS and kernel thread count.
 
-    Each block is converted to float64 and multiplied with :func:`_exact_gram` (exact integer limb products, so
-    neither the BLAS kernel nor its thread count changes a bit). ``start`` (a multiple of the block width) and
+    Each :data:`_GRAM_BLOCK` columns give one block product (:func:`_exact_gram`: exact integer limb products); the
+    blocks are computed on the kernel threads (``parallel_ranges``, a wave of blocks at a time) and added in column
+    order, so the arithmetic is the same whatever the thread count. ``start`` (a multiple of the block width) and
     ``partial`` (the Gram matrix of the columns before ``start``, not modified) resume the same accumulation: the
     result has the bytes of ``_gram(x)``.
     """
     n, d = x.shape
     g = np.zeros((n, n), dtype=np.float64) if partial is None else partial.copy()
-    for j0 in range(start, d, _GRAM_BLOCK):
-        b = x[:, j0 : j0 + _GRAM_BLOCK].astype(np.float64)
-        g += _exact_gram(b)
+    blocks = range(start, d, _GRAM_BLOCK)
+    wave = max(1, 2 * kernel_threads())
+    # the kernel threads take the blocks, one BLAS thread each (BLAS's own threads on top of them: 2.5x slower on
+    # two cores); the bytes do not depend on either count
+    with _one_blas_thread(kernel_threads() > 1 and len(blocks) > 1):
+        for w0 in range(0, len(blocks), wave):
+            firsts = blocks[w0 : w0 + wave]
+            parts: list[np.ndarray | None] = [None] * len(firsts)
+
+            def work(k0: int, k1: int) -> None:
+                for k in range(k0, k1):
+                    parts[k] = _exact_gram(x[:, firsts[k] : firsts[k] + _GRAM_BLOCK])
+
+            parallel_ranges(work, len(firsts), cost=n * _GRAM_BLOCK * len(firsts))
+            for p in parts:
+                g += p
     return g
+
+
+def _one_blas_thread(on: bool) -> contextlib.AbstractContextManager[object]:
+    """BLAS limited to one thread for the block (``threadpoolctl``, which comes with scikit-learn), when ``on``."""
+    if not on:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - a speed matter only
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
