@@ -89,7 +89,7 @@ class Aggregator(Protocol):
     name:
         Registry name (``"trimmed_mean"``).
     bit_reproducible:
-        Same input bytes, same platform => same output bytes (see the module docstring).
+        Same input bytes => same output bytes on any x86-64 CPU and thread count (see the module docstring).
     permutation_invariant:
         The rule is a symmetric function of its inputs (up to floating-point rounding of input-order sums).
     supports_weights:
@@ -869,9 +869,9 @@ class Krum(_Rule):
     therefore resolved by input order -- feed the updates in a canonical order (sorted client ids) where replicas
     must agree; a permutation of tied inputs changes the choice (e.g. the four vertices of a square all score the
     same and input 0 is returned). Duplicated rows: the Gram matrix gives the copies the same distances to every
-    other row, bit for bit, with the OpenBLAS ``dsyrk`` this project runs (checked by
-    ``tests/learning/test_aggregators.py``), so they tie exactly and the first copy is chosen; Krum's output is the
-    same vector whichever copy it is.
+    other row, bit for bit, on any CPU (its limb products are exact; a plain ``dsyrk`` did not under OpenBLAS's
+    Nehalem kernels; checked by ``tests/learning/test_aggregators.py``), so they tie exactly and the first copy is
+    chosen; Krum's output is the same vector whichever copy it is.
 
     Parameters
     ----------
