@@ -121,6 +121,11 @@ def audit_chain(
             msg = str(e)
             bad = (h, msg if msg.startswith(f"height {h}") else f"height {h}: {msg}")
             break
+        except (ValueError, TypeError, ArithmeticError, IndexError, KeyError, AttributeError, RecursionError) as e:
+            # no stored input may raise out of an audit: a check this chain's rules lack (or a re-executor's own
+            # refusal of its inputs) is still the first bad block, named with what went wrong
+            bad = (h, f"height {h}: cannot be checked ({type(e).__name__}: {str(e)[:200]})")
+            break
         sigs += _signature_count(block)
         if blobs is not None:
             blobs_n += len(block.payload.updates) + 1 + (block.payload.state_digest is not None)
