@@ -157,6 +157,15 @@ class AuditJob:
             }
 
 
+def _utc(ms: int) -> str:
+    """A block's ``time_ms`` as a UTC date; any stored integer renders (a proposer may have written one past the
+    calendar's range: then the number itself, in milliseconds)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms since 1970 (outside the calendar)"
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -165,7 +174,7 @@ def _templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["utc"] = lambda ms: datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    env.filters["utc"] = _utc
     env.filters["short"] = lambda h, n=16: h[:n] if isinstance(h, str) else h
     env.filters["num"] = lambda x: f"{x:.6g}" if isinstance(x, float) else x
     return Jinja2Templates(env=env)
