@@ -182,7 +182,7 @@ class PublicScorer:
     """
 
     __slots__ = ("_batch_size", "_entropy_impl", "_flat", "_hits", "_labels", "_memo", "_memo_size", "_misses",
-                 "_num_classes", "_remote", "_spec", "_x")
+                 "_num_classes", "_registered", "_remote", "_spec", "_x")
 
     def __init__(
         self,
@@ -213,8 +213,8 @@ class PublicScorer:
         self._misses = 0
         self._spec = spec
         self._num_classes = data.num_classes
-        self._remote: tuple[object, int] | None | bool = portable and bool(reproducible.problems())
-        """True: score in the helper (registered on first use, then ``(evaluator, index)``); False: here."""
+        self._remote = portable and bool(reproducible.problems())  # score in the helper, not here
+        self._registered: tuple[object, int] | None = None  # (the helper, this scorer's index there) once registered
 
     @classmethod
     def from_trainer(cls, trainer: LocalTrainer, public: Dataset, **kwargs: object) -> PublicScorer:
@@ -270,11 +270,11 @@ class PublicScorer:
 
     def _score_remotely(self, vec: np.ndarray) -> tuple[float, float]:
         helper = portable_evaluator()
-        if not isinstance(self._remote, tuple) or self._remote[0] is not helper:  # first use, or a new helper
+        if self._registered is None or self._registered[0] is not helper:  # first use, or a new helper (a fork)
             index = helper.register(self._spec, self._x.numpy(), np.asarray(self._labels), num_classes=self._num_classes,
                                     entropy_impl=self._entropy_impl, batch_size=self._batch_size)
-            self._remote = (helper, index)
-        return helper.evaluate(self._remote[1], vec)
+            self._registered = (helper, index)
+        return helper.evaluate(self._registered[1], vec)
 
     def _check(self, model: np.ndarray) -> np.ndarray:
         if not isinstance(model, np.ndarray) or model.dtype != np.float32 or model.shape != (self.dim,):
