@@ -28,9 +28,8 @@ def rerun_reproducible(args: argparse.Namespace, wanted: bool) -> int | None:
     if not wanted or os.environ.get(reproducible.MARKER) == "1" or not reproducible.problems():
         return None
     argv = [sys.executable, "-m", "concilium", *args.argv_]
-    env = reproducible.environment()
+    if args.console_:
+        reproducible.reexec(argv)  # replaces this process
     sys.stdout.flush()
     sys.stderr.flush()
-    if args.console_:
-        os.execve(sys.executable, argv, env)
-    return subprocess.run(argv, env=env, check=False).returncode  # noqa: S603 - our own interpreter and module
+    return subprocess.run(argv, env=reproducible.environment(), check=False).returncode  # noqa: S603 - our interpreter

@@ -249,9 +249,8 @@ def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
 
     One pass over the data, as :func:`_gram`: per column block the rows are converted to float64 into one reused
     C-contiguous buffer, ``x_m`` is subtracted in place (float64: exact for float32 inputs of similar magnitude) and
-    the block's product is :func:`_exact_gram`'s (the same bits on any CPU). The last row ``x_m`` is far larger than
-    the differences: its products go apart (``G̃`` row and column ``n``), so that the differences' own block keeps
-    their precision.
+    the block's product is :func:`_exact_gram`'s (the same bits on any CPU; its rows are scaled one by one, so the
+    last row ``x_m``, far larger than the differences, costs them no precision).
     """
     n, d = x.shape
     g = np.zeros((n + 1, n + 1), dtype=np.float64)
@@ -264,22 +263,8 @@ def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
         np.copyto(y, block)
         b[n] = y[m]
         np.subtract(y, b[n], out=y)
-        g[:n, :n] += _exact_gram(y)
-        cross = _exact_cross(y, b[n])
-        g[:n, n] += cross
-        g[n, :n] += cross
-        g[n, n] += float(_exact_gram(b[n : n + 1])[0, 0])
+        g += _exact_gram(b)
     return g
-
-
-def _exact_cross(y: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``Y v`` (one vector against every row), the same bits on any CPU: the off-diagonal column of
-    ``_exact_gram([Y; v])`` computed per :data:`_EXACT_WIDTH` columns, in column order."""
-    out = np.zeros(y.shape[0], dtype=np.float64)
-    for j0 in range(0, y.shape[1], _EXACT_WIDTH):
-        both = np.vstack([y[:, j0 : j0 + _EXACT_WIDTH], v[None, j0 : j0 + _EXACT_WIDTH]])
-        out += _exact_block_gram(both)[:-1, -1]
-    return out
 
 
 #: Recompute the geometric median's Gram matrix relative to a central input when the inputs' median squared norm

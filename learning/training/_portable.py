@@ -106,17 +106,6 @@ class PortableEvaluator:
         e_avg, f_pub = SCORES.unpack(reply)
         return e_avg, f_pub
 
-    def close(self) -> None:
-        if self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self._proc.kill()
-
 
 _EVALUATOR: PortableEvaluator | None = None
 _EVALUATOR_LOCK = threading.Lock()
