@@ -1,0 +1,48 @@
+"""The robust rules' Gram matrix ``X Xᵀ`` on workload A1's shape (n = 50, d = 10⁶ float32): the plain BLAS product
+(``B @ B.T`` per 16,384 columns, what the rules used before issue 30) against ``learning.robust._aggregators._gram``
+(exact integer limbs: the same bits on any CPU) on two and on one kernel thread. Median (min-max) of ``--repeat``.
+
+    .venv/bin/python benchmarks/gram_bench.py [--repeat 5] [--n 50] [--d 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import learning.robust._validate as kernels
+from learning.robust import _aggregators
+
+
+def _plain(x: np.ndarray) -> np.ndarray:
+    g = np.zeros((x.shape[0], x.shape[0]))
+    for j in range(0, x.shape[1], 16384):
+        b = x[:, j : j + 16384].astype(np.float64)
+        g += b @ b.T
+    return g
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--d", type=int, default=1_000_000)
+    a = ap.parse_args()
+    x = np.random.default_rng(3).standard_normal((a.n, a.d)).astype(np.float32)
+    for label, threads, fn in (("plain B @ B.T", None, _plain), ("exact, 2 kernel threads", 2, _aggregators._gram),
+                               ("exact, 1 kernel thread", 1, _aggregators._gram)):
+        if threads is not None:
+            kernels.set_kernel_threads(threads)
+        times = []
+        for _ in range(a.repeat):
+            start = time.perf_counter()
+            fn(x)
+            times.append(time.perf_counter() - start)
+        print(f"{label}: median {statistics.median(times):.3f} s ({min(times):.3f}-{max(times):.3f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
