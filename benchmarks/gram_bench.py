@@ -1,5 +1,5 @@
 """The robust rules' Gram matrix ``X Xᵀ`` on workload A1's shape (n = 50, d = 10⁶ float32): the plain BLAS product
-(``B @ B.T`` per 16,384 columns, what the rules used before issue 30) against ``learning.robust._aggregators._gram``
+(``B @ B.T`` per 16,384 columns, what the rules used before issue 30) against ``learning.robust.gram_matrix``
 (exact integer limbs: the same bits on any CPU) on two and on one kernel thread. Median (min-max) of ``--repeat``.
 
     .venv/bin/python benchmarks/gram_bench.py [--repeat 5] [--n 50] [--d 1000000]
@@ -13,8 +13,7 @@ import time
 
 import numpy as np
 
-import learning.robust._validate as kernels
-from learning.robust import _aggregators
+from learning.robust import gram_matrix, set_kernel_threads
 
 
 def _plain(x: np.ndarray) -> np.ndarray:
@@ -32,10 +31,10 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=1_000_000)
     a = ap.parse_args()
     x = np.random.default_rng(3).standard_normal((a.n, a.d)).astype(np.float32)
-    for label, threads, fn in (("plain B @ B.T", None, _plain), ("exact, 2 kernel threads", 2, _aggregators._gram),
-                               ("exact, 1 kernel thread", 1, _aggregators._gram)):
+    for label, threads, fn in (("plain B @ B.T", None, _plain), ("exact, 2 kernel threads", 2, gram_matrix),
+                               ("exact, 1 kernel thread", 1, gram_matrix)):
         if threads is not None:
-            kernels.set_kernel_threads(threads)
+            set_kernel_threads(threads)
         times = []
         for _ in range(a.repeat):
             start = time.perf_counter()

@@ -17,7 +17,7 @@ from learning.robust._validate import (
 )
 from learning.robust._aggregators import (
     AGGREGATORS, Aggregator, CenteredClipping, CoordinateWiseMedian, GeometricMedian, Krum, MDA, MeaMed, Mean,
-    MultiKrum, TrimmedMean, pairwise_sq_distances, register_aggregator, row_sq_norms,
+    MultiKrum, TrimmedMean, gram_matrix, pairwise_sq_distances, register_aggregator, row_sq_norms,
 )
 from learning.robust._preaggregators import (
     ARC, Bucketing, Chain, NNM, PRE_AGGREGATORS, PreAggregator, StaticClipping, format_aggregator, parse_aggregator,
@@ -33,7 +33,7 @@ __all__ = [
     "DISTANCE_FLOOR", "FLOAT64_ABS_MAX", "FLOAT_DTYPES", "GeometricMedian", "Krum", "MDA", "MeaMed", "Mean",
     "MultiKrum", "NNM", "PRE_AGGREGATORS", "PreAggregator", "StaticClipping", "TrimmedMean", "check_rng",
     "cmfl_scores", "cmfl_scores_centroid", "cmfl_scores_median", "distance_matrix", "distance_row",
-    "format_aggregator", "kernel_threads", "member_scores", "nonfinite_rows", "pairwise_sq_distances",
+    "format_aggregator", "gram_matrix", "kernel_threads", "member_scores", "nonfinite_rows", "pairwise_sq_distances",
     "parse_aggregator", "register_aggregator", "register_preaggregator", "row_sq_norms", "set_kernel_threads",
     "validate_update", "validate_updates", "validate_weights",
 ]

@@ -65,6 +65,7 @@ __all__ = [
     "Mean",
     "MultiKrum",
     "TrimmedMean",
+    "gram_matrix",
     "pairwise_sq_distances",
     "register_aggregator",
     "row_sq_norms",
@@ -196,14 +197,14 @@ def _exact_gram(b: np.ndarray) -> np.ndarray:
     return g
 
 
-def _gram(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
+def gram_matrix(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = None) -> np.ndarray:
     """``G = X Xᵀ`` in float64, the same bits on any x86-64 CPU, for any BLAS and kernel thread count.
 
     Each :data:`_GRAM_BLOCK` columns give one block product (:func:`_exact_gram`: exact integer limb products); the
     blocks are computed on the kernel threads (``parallel_ranges``, a wave of blocks at a time) and added in column
     order, so the arithmetic is the same whatever the thread count. ``start`` (a multiple of the block width) and
     ``partial`` (the Gram matrix of the columns before ``start``, not modified) resume the same accumulation: the
-    result has the bytes of ``_gram(x)``.
+    result has the bytes of ``gram_matrix(x)``.
     """
     n, d = x.shape
     g = np.zeros((n, n), dtype=np.float64) if partial is None else partial.copy()
@@ -247,7 +248,7 @@ def _gram_about(x: np.ndarray, m: int) -> np.ndarray:
     inputs share a large offset ``o``: from ``X Xᵀ``, ``‖x_i − z‖² = G_ii − 2(Gc)_i + cᵀGc`` carries an error of
     about ``ε‖o‖²`` (inputs ``1e3 + 1e-2·N(0, 1)``: ~1e-6 of each squared distance), here of about ``ε‖x_i − x_m‖²``.
 
-    One pass over the data, as :func:`_gram`: per column block the rows are converted to float64 into one reused
+    One pass over the data, as :func:`gram_matrix`: per column block the rows are converted to float64 into one reused
     C-contiguous buffer, ``x_m`` is subtracted in place (float64: exact for float32 inputs of similar magnitude) and
     the block's product is :func:`_exact_gram`'s (the same bits on any CPU; its rows are scaled one by one, so the
     last row ``x_m``, far larger than the differences, costs them no precision).
@@ -348,7 +349,7 @@ def pairwise_sq_distances(updates: np.ndarray, /) -> np.ndarray:
     numpy.ndarray
         ``(n, n)`` float64, symmetric.
     """
-    return _distances_from_gram(_gram(validate_updates(updates)))
+    return _distances_from_gram(gram_matrix(validate_updates(updates)))
 
 
 def _matvec(m: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -669,14 +670,14 @@ def _weiszfeld_gram(x: np.ndarray, a: np.ndarray) -> np.ndarray:
 
     Decided on the first column block (:func:`_central_input`), so inputs with an offset cost one pass, as
     ``X Xᵀ`` does; if the whole ``X Xᵀ`` shows an offset that the first block did not, it is recomputed about the
-    medoid (a second pass, only then). Without an offset the result is ``_gram(x)``, byte for byte.
+    medoid (a second pass, only then). Without an offset the result is ``gram_matrix(x)``, byte for byte.
     """
-    first = _gram(x[:, :_GRAM_BLOCK])
+    first = gram_matrix(x[:, :_GRAM_BLOCK])
     centre = _central_input(first, a)
     if centre is None:
         if x.shape[1] <= _GRAM_BLOCK:
             return first
-        g = _gram(x, start=_GRAM_BLOCK, partial=first)
+        g = gram_matrix(x, start=_GRAM_BLOCK, partial=first)
         centre = _central_input(g, a)
         if centre is None:
             return g
@@ -802,7 +803,7 @@ class CenteredClipping(_Rule):
             g = None
             dist = np.sqrt(row_sq_norms(x))
         else:
-            g = _gram(x)
+            g = gram_matrix(x)
             dist = np.sqrt(np.diagonal(g))
         for it in range(self.iterations):
             if it > 0:
@@ -880,7 +881,7 @@ class Krum(_Rule):
     def _aggregate(self, x: np.ndarray, w: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         _no_weights(self, w)
         neighbours = _krum_neighbours(self, x.shape[0])
-        scores = _krum_scores(_distances_from_gram(_gram(x)), neighbours)
+        scores = _krum_scores(_distances_from_gram(gram_matrix(x)), neighbours)
         return x[int(np.argmin(scores))].copy()
 
 
@@ -931,7 +932,7 @@ class MultiKrum(_Rule):
         q = n - self.f if self.q is None else self.q
         if q > n:
             raise ConfigError(f"MultiKrum: q={q} exceeds the number of inputs n={n}")
-        scores = _krum_scores(_distances_from_gram(_gram(x)), neighbours)
+        scores = _krum_scores(_distances_from_gram(gram_matrix(x)), neighbours)
         chosen = np.lexsort((np.arange(n), scores))[:q]
         if w is not None:
             wq = w[chosen]
@@ -1066,5 +1067,5 @@ class MDA(_Rule):
         _no_weights(self, w)
         n = x.shape[0]
         _check_f_bound(self, self.f, n)
-        chosen = _mda_subset(_distances_from_gram(_gram(x)), self.f)
+        chosen = _mda_subset(_distances_from_gram(gram_matrix(x)), self.f)
         return _combine(x, chosen, None, float(chosen.size))

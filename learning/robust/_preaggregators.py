@@ -34,7 +34,7 @@ from learning.robust._aggregators import (
     _check_f_bound,
     _combine,
     _distances_from_gram,
-    _gram,
+    gram_matrix,
     row_sq_norms,
 )
 from learning.robust._validate import check_rng, parallel_ranges, validate_updates, validate_weights
@@ -170,7 +170,7 @@ class NNM(_PreRule):
         n, d = x.shape
         _check_f_bound(self, self.f, n)
         k = n - self.f
-        dist = _distances_from_gram(_gram(x))
+        dist = _distances_from_gram(gram_matrix(x))
         index = np.arange(n)
         centrality = np.add.reduce(dist, axis=1)
         groups: dict[tuple[int, ...], list[int]] = {}

@@ -269,12 +269,12 @@ def test_mean_gives_zero_weight_to_zero_weighted_updates() -> None:
 _DIGEST_SCRIPT = r"""
 import hashlib, json, sys
 import numpy as np
-from learning.robust._aggregators import _gram
+from learning.robust._aggregators import gram_matrix
 from learning.robust._preaggregators import parse_aggregator
 specs = json.loads(sys.argv[1])
 x = np.random.default_rng(2024).standard_normal((24, 150_001), dtype=np.float32)
 x[:5] = x[:5] * 40 + 3
-out = {"gram": hashlib.sha256(_gram(x).tobytes()).hexdigest()}
+out = {"gram": hashlib.sha256(gram_matrix(x).tobytes()).hexdigest()}
 for spec in specs:
     r = parse_aggregator(spec)(x, rng=np.random.default_rng(5))
     out[spec] = hashlib.sha256(r.tobytes()).hexdigest()

@@ -330,15 +330,15 @@ def test_geometric_median_without_a_shared_offset_uses_the_plain_gram_matrix() -
     block = _aggregators._GRAM_BLOCK
     x = g.standard_normal((20, 2 * block + 5)).astype(np.float32)
     x[:3] *= 1e6
-    gram = _aggregators._gram(x)
+    gram = _aggregators.gram_matrix(x)
     assert _aggregators._central_input(gram, a) is None
     assert _aggregators._weiszfeld_gram(x, a).tobytes() == gram.tobytes()  # first block, then the rest: same bytes
     shifted = x.astype(np.float64) + 1e4
-    assert _aggregators._central_input(_aggregators._gram(shifted), a) in range(3, 20)  # a medoid, not an outlier
+    assert _aggregators._central_input(_aggregators.gram_matrix(shifted), a) in range(3, 20)  # a medoid, not an outlier
     assert _aggregators._weiszfeld_gram(shifted, a).shape == (21, 21)
     late = x.astype(np.float64)
     late[:, block:] += 1e5  # the offset only after the first block: found on the whole X Xᵀ, then recomputed
-    assert _aggregators._central_input(_aggregators._gram(late[:, :block]), a) is None
+    assert _aggregators._central_input(_aggregators.gram_matrix(late[:, :block]), a) is None
     assert _aggregators._weiszfeld_gram(late, a).shape == (21, 21)
 
 
