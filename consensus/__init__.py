@@ -70,6 +70,7 @@ from consensus._messages import (
     decided_message,
     header_sync_request_message,
     parse,
+    parse_proposal,
     vote_message,
 )
 from consensus._replica import DURABLE_BYTES_MAX, Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
@@ -136,6 +137,7 @@ __all__ = [
     "elect_committee",
     "election_window",
     "parse",
+    "parse_proposal",
     "parse_score_row",
     "rank_clients",
     "round_half_up",

@@ -22,8 +22,9 @@ Paper [P] vs authors' code [C], and what is implemented here ([R], the spec's re
 * Sizes: ``N_act = round_half_up(act·K)``, ``C = round_half_up(ω·N_act)``, ``n = N_act − C``,
   ``m = max(1, round_half_up(α·n))`` ([R]; ``alpha_base="active"`` gives [C]'s ``α·N_act``), with
   ``round_half_up(x) = ⌊x + 0.5⌋`` (never Python's banker's ``round``); ``C ≤ n`` (ω ≤ 50 %).
-* Training clients: ``n`` of the non-committee members, ranked by ``H(domain ‖ prev_hash ‖ height ‖ id)``
-  (verifiable from the previous block; [P]/[C] draw them with a local ``random.sample``). The ``"draw"``
+* Training clients: ``n`` of the non-committee members, ranked by ``H(domain ‖ genesis_hash ‖ height ‖ id)``
+  (verifiable by anyone, and unbiasable: nothing a proposer puts in a block feeds it, issue 31; [P]/[C] draw
+  them with a local ``random.sample``; ``docs/sampling.md``). The ``"draw"``
   sampling rule (:data:`SAMPLING_RULES`) draws them instead, in ``O(n)`` hashes rather than one per member.
 * Equivocating training clients (two different signed digests for one round in two rows) are excluded
   and the pair of signed commitments is ledger evidence (§2.8.4).
@@ -238,8 +239,8 @@ both a pure function of the seed and the member ids, so every replica and the au
 The two rules pick different members from the same seed: a chain keeps the rule of its genesis.
 """
 
-_TRAINING_DOMAIN = b"concilium-cmfl-training/v1"
-_COMMITTEE_DOMAIN = b"concilium-committee-sample/v1"
+_TRAINING_DOMAIN = b"concilium-cmfl-training/v2"
+_COMMITTEE_DOMAIN = b"concilium-committee-sample/v2"
 _DRAW_DOMAIN = b"/draw"  # appended to the rule's domain: the "draw" hashes never collide with the "rank" ones
 _U64 = 1 << 64
 
@@ -316,14 +317,16 @@ def _sample(
 
 
 def sample_training_clients(
-    members: Sequence[str], committee: Sequence[str], prev_hash: bytes, height: int, n: int, *, rule: str = "rank"
+    members: Sequence[str], committee: Sequence[str], chain_seed: bytes, height: int, n: int, *, rule: str = "rank"
 ) -> tuple[str, ...]:
-    """``S_b^t``: ``n`` non-committee members drawn by a hash of the previous block (seed_003 §2.1, §2.8.3).
+    """``S_b^t``: ``n`` non-committee members drawn by a hash of ``chain_seed`` and the height (seed_003 §2.1,
+    §2.8.3).
 
-    The previous committee is eligible again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns
+    ``chain_seed`` is the genesis hash (or a genesis ``sampling_seed``'s hash), never the previous block's hash,
+    which a proposer could grind (issue 31). The previous committee is eligible again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns
     sorted ids.
     """
-    seed = prev_hash + struct.pack(">Q", height)
+    seed = chain_seed + struct.pack(">Q", height)
     return _sample(_TRAINING_DOMAIN, seed, members, committee, n, rule=rule, least=0,
                    what=lambda e: f"cannot sample {n} training clients from {e} non-committee members")
 
@@ -333,8 +336,9 @@ def sample_committee(
 ) -> tuple[str, ...]:
     """A committee of ``size`` members ranked by ``H(domain ‖ seed ‖ id)``, skipping ``exclude``.
 
-    Coordinator mode's validators (DESIGN.md: sampled with the seed of block t−1, or fixed per epoch; with
-    ``committee_epoch`` the block that ends an epoch draws the next one, ``node._rounds.RoundRules.next_committee_coordinator``). ``exclude`` holds members known not to be live
+    Coordinator mode's validators (DESIGN.md: sampled with the round's unbiasable seed, a hash of the genesis and
+    the height, or fixed per epoch; with ``committee_epoch`` the block that ends an epoch names the next one,
+    ``node._rounds.RoundRules.next_committee_coordinator``). ``exclude`` holds members known not to be live
     (e.g. with evidence against them), so the coordinator - the primary of this committee - is always
     drawn from live members. ``rule`` is one of :data:`SAMPLING_RULES` (``"draw"`` draws instead of ranking).
     Returns sorted ids.
@@ -343,14 +347,14 @@ def sample_committee(
                    what=lambda e: f"cannot sample a committee of {size} from {e} members")
 
 
-def coordinator(committee: Sequence[str], prev_hash: bytes, height: int, view: int) -> str:
+def coordinator(committee: Sequence[str], chain_seed: bytes, height: int, view: int) -> str:
     """The coordinator of (``height``, ``view``) in coordinator mode: the pBFT primary.
 
-    ``committee[(PRF(prev_hash, height) + view) mod C]`` over the sorted committee
+    ``committee[(PRF(chain_seed, height) + view) mod C]`` over the sorted committee, ``chain_seed`` the genesis hash
     (``ledger.primary``, which the ledger verifies as the block's proposer): deterministic, verifiable,
     and a view change moves to the next member.
     """
-    return primary(committee, prev_hash, height, view)
+    return primary(committee, chain_seed, height, view)
 
 
 # --- score rows (CCP step 1) ---------------------------------------------------------------------

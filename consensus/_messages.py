@@ -92,6 +92,7 @@ __all__ = [
     "decided_message",
     "new_view_message",
     "parse",
+    "parse_proposal",
     "pre_prepare_message",
     "sign_signed",
     "sync_request_message",
@@ -399,6 +400,15 @@ def parse(message: Message) -> Parsed:
     if kind == KIND_HEADER:
         return _decided_header(signed)
     raise _malformed(f"unknown message kind {kind!r:.40}")
+
+
+def parse_proposal(message: Message) -> Proposal:
+    """The proposal of a pre-prepare message (its payload matching the header's ``payload_hash``, the header of the
+    message's height and of at most its view), or :class:`RemoteProtocolError`. Stateless: not the signature."""
+    pp = parse(message)
+    if not isinstance(pp, PrePrepare) or pp.payload is None:
+        raise _malformed("not a pre_prepare")
+    return Proposal(header=pp.header, payload=pp.payload)
 
 
 _HEADERS_KEPT = 1024

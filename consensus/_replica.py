@@ -4,7 +4,7 @@ Castro & Liskov's pBFT (OSDI '99, "[pBFT §n]" below) mapped onto a committee ro
 §2.8.2: replica set = the height's committee (named by the previous block), quorum ``q`` of ``C``
 (``ledger.quorum_size``: ``2f+1`` of ``3f+1`` by default, the paper's ``⌊C/2⌋+1`` as the documented,
 not Byzantine-safe option), view ``v`` restarting at 0 every height, primary of ``(height, view)`` =
-``ledger.primary(committee, prev_hash, height, view)``.
+``ledger.primary(committee, genesis_hash, height, view)``.
 
 Normal case, at height ``h`` in view ``v``:
 
@@ -722,7 +722,7 @@ class Replica:
         return 1 << min(view, self._cfg.backoff_exponent_max)
 
     def _primary(self, view: int) -> str:
-        return primary(self._committee, self._state.head_hash, self._h, view)
+        return primary(self._committee, self._ctx.genesis_hash, self._h, view)
 
     # --- durability [pBFT §4.4-4.5: the log in stable storage] ------------------------------------
 
@@ -1335,6 +1335,11 @@ class Replica:
         batch = self._header_span if headers else self._cfg.sync_batch_max
         fx.append(SendBlocks(to=s.signer, start=s.height, stop=min(self._h, s.height + batch), headers=headers,
                              epoch=self._epoch if headers else 1))
+
+    @property
+    def view_primary(self) -> tuple[int, int, str]:
+        """``(height, view, primary)`` this replica is at now (cheaper than :meth:`status`)."""
+        return self._h, self._view, self._primary(self._view)
 
     @property
     def behind(self) -> bool:

@@ -95,16 +95,19 @@ def genesis_committee(genesis: Genesis) -> tuple[str, ...]:
     return tuple(sorted(ranked[: genesis.protocol.committee_size]))
 
 
-def primary(committee: Sequence[str], prev_hash: bytes, height: int, view: int) -> str:
+def primary(committee: Sequence[str], chain_seed: bytes, height: int, view: int) -> str:
     """The primary (proposer; the coordinator in coordinator mode) of ``(height, view)``.
 
-    ``committee[(PRF(prev_hash, height) + view) mod C]`` over the sorted committee (seed_003 §2.8.2):
-    verifiable by anyone, and a view change moves to the next member.
+    ``committee[(PRF(chain_seed, height) + view) mod C]`` over the sorted committee (seed_003 §2.8.2), where
+    ``chain_seed`` is the genesis hash (:attr:`ChainContext.genesis_hash`): verifiable by anyone, and a view change
+    moves to the next member. Nothing a proposer puts in a block feeds it (issue 31: a PRF of the previous block's
+    hash let a proposer grind its ``time_ms`` for the next primary), so a member's only influence on who proposes
+    is to abstain, which moves the height to its next view. See ``docs/sampling.md``.
     """
     if not committee:
         raise ValueError("empty committee")
     members = sorted(committee)
-    prf = hash_tagged(b"concilium-primary/v1", prev_hash + struct.pack(">Q", height))
+    prf = hash_tagged(b"concilium-primary/v2", chain_seed + struct.pack(">Q", height))
     start = int.from_bytes(prf[:8], "big") % len(members)
     return members[(start + view) % len(members)]
 
@@ -477,7 +480,7 @@ def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader, *, epoch:
 
     With ``epoch`` > 1 the header may also be of a later height in the same committee epoch as ``state.height + 1``
     (a skip, see :func:`apply_header`): its hash link to ``state`` is then not checked, and its proposer is the
-    primary of the committee under its own ``prev_hash`` (which is ``state.head_hash`` when it links)."""
+    primary of ``state.committee`` for its own height and view."""
     h = state.height + 1
     if hd.chain_id != ctx.chain_id:
         raise ChainError(f"height {h}: chain id {hd.chain_id!r:.60} is not {ctx.chain_id!r}")
@@ -492,7 +495,7 @@ def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader, *, epoch:
         raise ChainError(f"height {hd.height}: fl_round {hd.fl_round} differs from height")
     if hd.time_ms < state.time_ms:
         raise ChainError(f"height {hd.height}: time goes backwards ({hd.time_ms} < {state.time_ms})")
-    expected = primary(state.committee, hd.prev_hash, hd.height, hd.view)
+    expected = primary(state.committee, ctx.genesis_hash, hd.height, hd.view)
     if hd.proposer != expected:
         raise ChainError(f"height {hd.height}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
 

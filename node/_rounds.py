@@ -94,18 +94,18 @@ def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") ->
     """The experiment sampling seed of a genesis' ``protocol.params``, or None when the key is absent.
 
     ``sampling_seed`` (an int in ``[0, 2^64)``; bool, float, str or a negative value raise
-    :class:`ConfigError`) makes coordinator-mode client sampling depend on the seed instead of the previous
-    block hash (:func:`seeded_sampling_hash`): two chains with the same members and the same seed ask the same
+    :class:`ConfigError`) makes coordinator-mode client sampling depend on the seed instead of the genesis
+    hash (:func:`seeded_sampling_hash`): two chains with the same members and the same seed ask the same
     clients to train in every round, whatever their algorithms and models - the pairing a comparison of
     schemes on the same draws needs (the seed_002 prototype fixes the sampled clients per seed). Only a
     semi-synchronous strategy's busy trainers (still computing an earlier round) are taken out of the pool
     first, as without the key.
 
-    Trade-off: a seeded sample is public and fixed before the chain starts, so anyone can tell for every round
-    who will be asked to train. That is fine for paired experiments, but weaker against an adaptive adversary
-    (who can corrupt or prepare exactly the clients of a future round) than the default sample, which nobody
-    knows before the previous block is committed. Leave the key out in deployments. Committee mode (CMFL)
-    does not take the key (its training sample stays chain-seeded) and rejects it.
+    Both samples are public and fixed before the chain starts (the default one by the genesis hash, since issue
+    31: a sample that the previous block's hash fed could be ground by its proposer), so anyone can tell for
+    every round who will be asked to train; ``docs/sampling.md`` says what that costs against an adaptive
+    adversary. The seed only adds that the sample is the same on every chain with these members. Committee mode
+    (CMFL) does not take the key (its training sample stays genesis-seeded) and rejects it.
     """
     if SAMPLING_SEED_KEY not in params:
         return None
@@ -192,7 +192,7 @@ def check_host_params(params: Mapping[str, Any], *, mode: str) -> None:
 
 
 def seeded_sampling_hash(sampling_seed: int) -> bytes:
-    """The 32 bytes that stand in for the previous block hash when clients are sampled by ``sampling_seed``
+    """The 32 bytes that stand in for the genesis hash when clients are sampled by ``sampling_seed``
     (domain-separated from every chain hash)."""
     return hash_tagged(b"concilium-seeded-sampling/v1", struct.pack(">Q", sampling_seed))
 
@@ -278,12 +278,12 @@ class RoundRules:
         self._plans: OrderedDict[tuple[bytes, int, tuple[str, ...]], RoundPlan] = OrderedDict()
         """Plans by chain state, while they depend on nothing else (no staleness window): the nodes of one
         process that share these rules (a simulation's) sample each height's clients once, not once each."""
-        self._next_committees: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()
+        self._next_committees: OrderedDict[int, tuple[str, ...]] = OrderedDict()
         self.committee_mode = genesis.protocol.mode == COMMITTEE_MODE
         self.cmfl = CmflParams.from_genesis(genesis) if self.committee_mode else None
         seed = sampling_seed_of(genesis.protocol.params, mode=genesis.protocol.mode)
         self.sampling_hash: bytes | None = None if seed is None else seeded_sampling_hash(seed)
-        """Coordinator mode with ``sampling_seed``: what ranks the trainers instead of the previous block hash."""
+        """Coordinator mode with ``sampling_seed``: what ranks the trainers instead of the genesis hash."""
         self.sampling_rule = sampling_rule_of(genesis.protocol.params)
         """``consensus.SAMPLING_RULES``: how :meth:`plan` and :meth:`next_committee_coordinator` pick members."""
         self.committee_epoch = committee_epoch_of(genesis.protocol.params, mode=genesis.protocol.mode)
@@ -325,7 +325,7 @@ class RoundRules:
         if self.committee_mode:
             assert self.cmfl is not None
             trainers = sample_training_clients(
-                self.members, committee, state.head_hash, h, self.cmfl.training_size, rule=self.sampling_rule
+                self.members, committee, self.ctx.genesis_hash, h, self.cmfl.training_size, rule=self.sampling_rule
             )
             return RoundPlan(h, committee, trainers, committee)
         pool = self.members
@@ -333,7 +333,7 @@ class RoundRules:
             busy = history.busy(h)
             pool = tuple(m for m in self.members if m not in busy) or self.members
         k = self.strategy.clients_per_round(len(pool))
-        seed = state.head_hash if self.sampling_hash is None else self.sampling_hash
+        seed = self.ctx.genesis_hash if self.sampling_hash is None else self.sampling_hash
         trainers = sample_training_clients(pool, (), seed, h, k, rule=self.sampling_rule)
         return RoundPlan(h, committee, trainers, ())
 
@@ -341,14 +341,15 @@ class RoundRules:
         """Coordinator mode: the committee the block after ``state`` must name (ranks every member by a hash;
         remembered for the last few states, like :meth:`plan`). With a ``committee_epoch`` ``E`` > 1, a block
         that does not end an epoch names ``state.committee``, the one that certifies it; reads nothing of
-        ``state`` but its ``height``, ``head_hash`` and ``committee`` (a lazy member skipping to a header knows
+        ``state`` but its ``height`` and ``committee`` (a lazy member skipping to a header knows
         no more of the state before it)."""
         if (state.height + 1) % self.committee_epoch:
             return state.committee
-        got = self._next_committees.get(state.head_hash)
+        got = self._next_committees.get(state.height)
         if got is None:
-            seed = state.head_hash + struct.pack(">Q", state.height + 1)
-            got = self._next_committees[state.head_hash] = sample_committee(
+            # the genesis hash and the height, never this block's hash (which its proposer could grind: issue 31)
+            seed = self.ctx.genesis_hash + struct.pack(">Q", state.height + 1)
+            got = self._next_committees[state.height] = sample_committee(
                 self.members, seed, self.genesis.protocol.committee_size, rule=self.sampling_rule
             )
             while len(self._next_committees) > _PLANS_KEPT:

@@ -7,6 +7,9 @@ field set               meaning                                             sent
 ``scores``              a signed CMFL score row (``cmfl_scores``)           committee member → committee
 ``pbft``                a consensus message (pre-prepare, votes, decided)   replica → replicas
 ``want``                digests of blobs the sender is missing              anyone → a peer that has them
+``have``                signed update commitments the sender holds          validator → the primary
+``refused``             a pre-prepare (with payload) the sender refused     validator → validators
+                        with proof
 ``blobs``               blobs (answers to ``want``; the new model on commit) any → any
 ======================= =================================================== ==========================
 
@@ -29,6 +32,7 @@ __all__ = ["BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "Envelope", "EnvelopeD
 
 ENVELOPE_BYTES_MAX = 256 << 20
 BLOBS_PER_MESSAGE_MAX = 64
+_FIELDS = ("update", "scores", "pbft", "want", "blobs", "have", "refused")
 
 
 @record
@@ -50,11 +54,15 @@ class Envelope:
     pbft: Message | None = None
     want: tuple[bytes, ...] | None = None
     blobs: tuple[bytes, ...] | None = None
+    have: tuple[UpdateCommitment, ...] | None = None
+    refused: Message | None = None
 
     def __post_init__(self) -> None:
-        set_fields = [f for f in ("update", "scores", "pbft", "want", "blobs") if getattr(self, f) is not None]
+        set_fields = [f for f in _FIELDS if getattr(self, f) is not None]
         if len(set_fields) != 1:
-            raise ValueError(f"an envelope carries exactly one of update/scores/pbft/want/blobs, got {set_fields}")
+            raise ValueError(f"an envelope carries exactly one of {'/'.join(_FIELDS)}, got {set_fields}")
+        if self.have is not None and not 1 <= len(self.have) <= BLOBS_PER_MESSAGE_MAX:
+            raise ValueError(f"have must carry 1 to {BLOBS_PER_MESSAGE_MAX} commitments")
         if self.want is not None and not 1 <= len(self.want) <= BLOBS_PER_MESSAGE_MAX:
             raise ValueError(f"want must name 1 to {BLOBS_PER_MESSAGE_MAX} digests")
         if self.blobs is not None and not 1 <= len(self.blobs) <= BLOBS_PER_MESSAGE_MAX:
@@ -62,7 +70,7 @@ class Envelope:
 
     @property
     def kind(self) -> str:
-        for f in ("update", "scores", "pbft", "want", "blobs"):
+        for f in _FIELDS:
             if getattr(self, f) is not None:
                 return f
         raise AssertionError("unreachable")

@@ -8,7 +8,10 @@ fixed points and does not know which attack, if any, runs):
   member, from a round on: ``drop`` (its messages are lost: a crash or silence), ``delay`` (its messages leave
   ``delay_ms`` late, possibly past the validators' timeout), ``corrupt`` (a wrong aggregate in its proposals,
   a lying score row, and it votes for anything), ``equivocate`` (odd-indexed peers get other signed messages:
-  another block hash in its votes, other distances in its score row, another update for the same round);
+  another block hash in its votes, other distances in its score row, another update for the same round),
+  ``skip_primary`` (selective delivery: its updates and score rows reach every validator but the height's view-0
+  primary), ``omit_rows`` (as a CMFL primary, it builds its proposal without one of the score rows it holds, to steer
+  the election: :func:`omitted_rows`);
 * **update attacks** of Byzantine clients (``learning.parse_update_attack``) are applied by the host to the
   client's own upload (:func:`attack_update`).
 
@@ -31,9 +34,12 @@ from learning import vector_to_blob
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import Behavior
 
-__all__ = ["FAULT_KINDS", "Fault", "FaultPlan", "NodeAdversary", "corrupt_proposal", "equivocate", "lying_distances"]
+__all__ = [
+    "FAULT_KINDS", "SKIPPED_KINDS", "Fault", "FaultPlan", "NodeAdversary", "corrupt_proposal", "equivocate",
+    "lying_distances", "omitted_rows",
+]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "skip_primary", "omit_rows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,19 @@ def corrupt_proposal(payload: Payload, model: np.ndarray, rng: np.random.Generat
     fields = {f: getattr(payload, f) for f in payload._record_fields}  # type: ignore[attr-defined]
     fields["model_digest"] = sha256(blob)
     return Payload(**fields), bad, blob
+
+
+SKIPPED_KINDS = frozenset({"update", "scores"})
+"""What a ``skip_primary`` peer keeps from the view-0 primary."""
+
+
+def omitted_rows(rows: dict[str, Any], *, me: str, rows_min: int) -> dict[str, Any]:
+    """A primary steering the CMFL election: its proposal without the row of the first other member (by id), as
+    long as ``rows_min`` rows remain."""
+    others = sorted(m for m in rows if m != me)
+    if not others or len(rows) - 1 < rows_min:
+        return rows
+    return {m: r for m, r in rows.items() if m != others[0]}
 
 
 def lying_distances(distances: dict[str, float]) -> dict[str, float]:
@@ -160,7 +179,7 @@ class NodeAdversary(Behavior):
         if self.core is None:
             return None
         st = self.core.chain_state
-        return primary(st.committee, st.head_hash, st.height + 1, 0)
+        return primary(st.committee, self.core.genesis_hash, st.height + 1, 0)
 
     def _active(self, kind: str) -> bool:
         return bool(self._plan) and self._plan.active(self._me, kind, self._height(), self._coordinator)
@@ -178,6 +197,12 @@ class NodeAdversary(Behavior):
     def distances(self, distances: dict[str, float]) -> dict[str, float]:
         return lying_distances(distances) if self._active("corrupt") else distances
 
+    def score_rows(self, rows: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        if not self._active("omit_rows") or self.core is None:
+            return rows
+        self.counts["omitted"] = self.counts.get("omitted", 0) + 1
+        return omitted_rows(rows, me=self._me, rows_min=self.core.rows_min)
+
     @property
     def silent(self) -> bool:
         """A drop fault holds now: this node sends nothing, blobs served on request included."""
@@ -190,6 +215,10 @@ class NodeAdversary(Behavior):
         h, coord = self._height(), self._coordinator
         if self._plan.active(self._me, "drop", h, coord):
             self.counts["dropped"] += 1
+            return None
+        if (self._plan.active(self._me, "skip_primary", h, coord) and to == coord()
+                and self._decoder.decode(data).kind in SKIPPED_KINDS):
+            self.counts["skipped"] = self.counts.get("skipped", 0) + 1
             return None
         if self._plan.active(self._me, "equivocate", h, coord) and self._index_of(to) % 2 == 1:
             data, changed = equivocate(data, key=self._key, chain_id=self._chain, decoder=self._decoder,

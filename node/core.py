@@ -16,8 +16,9 @@ A height ``t`` (= FL round ``t``), both modes (DESIGN.md):
    signed score row. Coordinator mode: validators just hold the updates.
 4. The pBFT primary of (t, view) - in coordinator mode *the coordinator* - builds the payload (CMFL
    decision from the rows, or the strategy's aggregate) and pre-prepares it; every validator re-executes
-   it (:meth:`RoundRules.check_payload`) before voting, and also refuses a coordinator that left out an
-   update the validator holds (censorship).
+   it (:meth:`RoundRules.check_payload`) before voting, and also refuses a primary that left out a score row or an
+   update the validator told it of in time (censorship; :meth:`NodeCore._tell_primary`: each validator sends the
+   primary of its view the rows it receives and the commitments of the updates it holds).
 5. On commit the block's proposer pushes the block and the new model to everyone outside the committee.
 
 Every peer input is untrusted: bounded envelope size, strict decoding, signatures, membership, digests,
@@ -65,6 +66,7 @@ from consensus import (
     decided_header_message,
     decided_message,
     decide_round,
+    parse_proposal,
     parse_score_row,
     sign_score_row,
     update_equivocation_evidence,
@@ -84,8 +86,10 @@ from ledger import (
     Payload,
     SignedMessage,
     UpdateCommitment,
+    check_evidence,
     encode,
     genesis_state,
+    primary,
     sha256,
     sign_update,
     update_sign_bytes,
@@ -231,6 +235,11 @@ class Behavior:
         """The score row this committee member signs (a lying member changes it)."""
         return distances
 
+    def score_rows(self, rows: dict[str, SignedMessage]) -> dict[str, SignedMessage]:
+        """The score rows, by member, this primary builds its CMFL proposal from (one that steers the election
+        leaves some out)."""
+        return rows
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeStatus:
@@ -295,7 +304,8 @@ class _Round:
     member of a simulation makes one per height."""
 
     __slots__ = ("plan", "start_tick", "trained", "reference", "reference_digest", "updates", "rows", "row_sent",
-                 "proposal_request", "proposed_views", "nudged", "uploaded")
+                 "proposal_request", "proposed_views", "nudged", "uploaded", "told", "told_view", "view_since",
+                 "announced")
 
     def __init__(self, plan: RoundPlan, start_tick: int) -> None:
         self.plan = plan
@@ -311,6 +321,16 @@ class _Round:
         self.proposed_views: set[int] = set()
         self.nudged = False  # (lazy members: the block before this height sent again to the clients not heard from)
         self.uploaded = False  # this node's update of this height went to the committee
+        self.told: dict[tuple[str, object, str], int] = {}
+        """``("row", member, primary)`` / ``("update", (peer, round), primary)`` -> the tick this node sent that
+        primary the row or the update's commitment (:meth:`NodeCore._tell_primary`): what it may judge a
+        proposal's omission on."""
+        self.told_view = -1
+        """The view whose primary has been told everything this node held."""
+        self.view_since = start_tick
+        """The tick this node entered the view it is in at this height."""
+        self.announced: dict[bytes, UpdateCommitment] = {}
+        """A primary's side: update commitments validators said they hold, by digest, whose blobs it is fetching."""
 
 
 class NodeCore:
@@ -455,9 +475,18 @@ class NodeCore:
         self._history = history if history is not None else self._rules.new_history()
         self._timeouts = genesis.protocol.timeouts
         self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
+        self._grace = max(1, self._timeouts.timeout_ticks_propose // 4)
+        """Ticks a row or an update commitment sent to a primary is given to reach it (and the blob to be fetched)
+        before this validator may refuse a proposal for leaving it out (:meth:`_omission_counts`)."""
         self._now = int(start_tick)
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
+        self._refused: dict[tuple[int, int, str], Proposal] = {}
+        """(height, view, proposer) -> this height's proposals this node refused: relayed to the committee with the
+        evidence when the refusal proves a fault (:meth:`_relay_refused`)."""
+        self._rejudge: dict[tuple[int, int, str], Evidence] = {}
+        """Evidence of this height's proposals refused for want of a blob: judged again when blobs arrive
+        (:meth:`_rejudge_refused`); a proposal that proves wrong then becomes this node's evidence."""
         self._unprovable: set[tuple[int, int, str]] = set()
         """(height, view, proposer) of this height's proposals this node refused without proof of a fault (it
         lacked the previous model or a blob, suspected censorship, could not confirm an evidence item): refused,
@@ -513,6 +542,16 @@ class NodeCore:
     @property
     def peer_id(self) -> str:
         return self._me
+
+    @property
+    def rows_min(self) -> int:
+        """Committee mode: the fewest score rows a proposal may carry (0 in coordinator mode)."""
+        return 0 if self._rules.cmfl is None else self._rules.cmfl.rows_min
+
+    @property
+    def genesis_hash(self) -> bytes:
+        """The chain's seed for who does what at each height (``ledger.primary``, :class:`RoundRules`)."""
+        return self._ctx.genesis_hash
 
     @property
     def chain_state(self) -> ChainState:
@@ -646,6 +685,7 @@ class NodeCore:
                     r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
                 else:
                     self._out.append(Transmit(to=p, data=data, kind="update"))
+                    r.told[("update", (self._me, job.fl_round), p)] = self._now
             if job.fl_round == h:
                 r.uploaded = True
         self._progress()
@@ -682,6 +722,10 @@ class NodeCore:
                 self._on_want(sender, env.want)
             elif env.blobs is not None:
                 self._on_blobs(env.blobs)
+            elif env.have is not None:
+                self._on_have(sender, env.have)
+            elif env.refused is not None:
+                self._on_refused(sender, env.refused)
         except (RemoteProtocolError, LedgerError, InvalidUpdateError) as e:
             self._dropped[type(e).__name__] += 1
         self._progress()
@@ -766,6 +810,9 @@ class NodeCore:
             self._out.append(Train(job=job))
 
     def _progress(self) -> None:
+        if self._rejudge:
+            self._rejudge_refused()
+        self._tell_new_primary()
         self._maybe_score()
         self._maybe_nudge()
         self._maybe_propose()
@@ -801,6 +848,7 @@ class NodeCore:
         for p in r.plan.committee:
             if p != self._me:
                 self._out.append(Transmit(to=p, data=data, kind="scores"))
+                r.told[("row", self._me, p)] = self._now
 
     def _maybe_propose(self) -> None:
         r = self._round
@@ -810,7 +858,9 @@ class NodeCore:
         if self._algo_state_missing:
             return
         view = req[1]
-        ready_early = view > 0 or self._collect_due()
+        # after a view change, the validators tell the new primary what they hold (_tell_new_primary): it waits a
+        # grace for that (judged on it: _omission_counts), unless it has every row or update already
+        ready_early = (view > 0 and self._now >= r.view_since + self._grace) or self._collect_due()
         if self._rules.committee_mode:
             assert self._rules.cmfl is not None
             if len(r.rows) < self._rules.cmfl.rows_min:
@@ -846,7 +896,8 @@ class NodeCore:
     def _build_committee_payload(self) -> tuple[Payload, np.ndarray, bytes] | None:
         r = self._round
         assert self._rules.cmfl is not None and self._model is not None
-        rows = [r.rows[m] for m in sorted(r.rows)]
+        chosen = self._behavior.score_rows(dict(r.rows))
+        rows = [chosen[m] for m in sorted(chosen)]
         parsed = [parse_score_row(x) for x in rows]
         decision = decide_round(parsed, training=r.plan.trainers, committee=r.plan.committee, params=self._rules.cmfl)
         included = []
@@ -900,9 +951,11 @@ class NodeCore:
         if self._behavior.accepts_everything:
             return None
         reason, provable = self._judge(proposal)
-        if reason is not None and not provable:
-            hd = proposal.header
-            self._unprovable.add((hd.height, hd.view, hd.proposer))
+        hd = proposal.header
+        if reason is not None:
+            self._refused[(hd.height, hd.view, hd.proposer)] = proposal  # relayed with its evidence, or judged again
+            if not provable:
+                self._unprovable.add((hd.height, hd.view, hd.proposer))
         return reason
 
     def _judge(self, proposal: Proposal) -> tuple[str | None, bool]:
@@ -923,16 +976,21 @@ class NodeCore:
             if ev.kind == KIND_INVALID_PROPOSAL and proposal_evidence_key(ev) not in self._confirmed:
                 return f"cannot confirm the evidence against {ev.offender}: this validator did not refuse that proposal", False
         if not self._rules.committee_mode:
+            # Censorship is judged only on what this validator told the proposer in time (_tell_primary): a trainer
+            # that skipped the primary cannot force a view change (issue 31 item 6). What it was not told of, it may
+            # lack (lost messages, a crashed trainer's partial send, a healed partition); the next primary is told.
             included = {(u.peer, u.fl_round) for u in payload.updates}
-            left_out = sorted(k for k in self._round.updates if k not in included)
+            left_out = sorted(k for k in self._round.updates if k not in included and self._omission_counts("update", k, proposal))
             if left_out:
-                # The proposer may simply not have them (lost messages, a crashed trainer's partial send, a
-                # healed partition): relay them to the committee, so the next primary's proposal can include
-                # them; a censoring proposer is refused either way.
-                for p in self._round.plan.committee:
-                    self._relay_updates(p, left_out)
                 names = [p if t == self._round.plan.height else f"{p}@{t}" for p, t in left_out]
                 return f"the proposal leaves out the valid update(s) of {', '.join(names)}", False
+        else:
+            # Every score row told to the proposer in time must be in: the primary cannot steer the election by the
+            # rows it picks (issue 31 item 1; the bound on what it may still choose: docs/sampling.md).
+            used = {a.signer for a in payload.attestations if a.kind == KIND_SCORES}
+            omitted = sorted(m for m in self._round.rows if m not in used and self._omission_counts("row", m, proposal))
+            if omitted:
+                return f"the proposal leaves out the score row(s) of {', '.join(omitted)}", False
         held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
         reason, model, blob, new_state = self._rules.check_payload(
             self._state, payload, self._model, self._blobs,
@@ -946,17 +1004,6 @@ class NodeCore:
         assert model is not None and blob is not None
         self._remember_validated(payload.model_digest, model, blob, new_state)
         return None, True
-
-    def _relay_updates(self, to: str, keys: Sequence[tuple[str, int]]) -> None:
-        if to == self._me:
-            return
-        for k in keys:
-            c, vec = self._round.updates[k]
-            blob = self._blob(c.digest)
-            if blob is None:
-                blob = vector_to_blob(vec)
-            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
-            self._out.append(Transmit(to=to, data=data, kind="update"))
 
     def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes, state: bytes | None) -> None:
         if state is not None:
@@ -992,8 +1039,10 @@ class NodeCore:
                 case ReportMisbehavior(evidence=ev):
                     if ev.kind == KIND_INVALID_PROPOSAL:
                         if (ev.height, ev.view, ev.offender) in self._unprovable:
-                            continue  # refused for want of an input, not for a proven fault
+                            self._rejudge[(ev.height, ev.view, ev.offender)] = ev
+                            continue  # refused for want of an input, not for a proven fault (yet)
                         self._confirmed.add(proposal_evidence_key(ev))
+                        self._relay_refused(ev)
                     self._add_evidence(ev)
                 case Commit(block=block):
                     self._on_commit(block)
@@ -1068,6 +1117,8 @@ class NodeCore:
         for key in [k for k, e in self._evidence.items() if e.kind == KIND_INVALID_PROPOSAL and e.height <= block.height]:
             del self._evidence[key]
         self._unprovable.clear()
+        self._refused.clear()
+        self._rejudge.clear()
         self._confirmed.clear()
         old_round = self._round
         self._history.record(old_round.plan, self._model, block.payload)
@@ -1110,6 +1161,8 @@ class NodeCore:
                     continue  # the model is in hand: the host stores it from the Decided effect
                 if not self._blobs.has(d):
                     self._want.setdefault(d, self._now)
+        for d in old_round.announced:  # the blobs of announced updates the round no longer needs
+            self._want.pop(d, None)
         self._round = _Round(plan, self._now)
         h = plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
@@ -1273,13 +1326,16 @@ class NodeCore:
             return
         self._blobs.put(packet.blob)
         r.updates[(peer, c.fl_round)] = (c, vec)
+        self._tell_primary(updates=((peer, c.fl_round),))
 
     def _on_scores(self, sender: str, signed: SignedMessage) -> None:
         r = self._round
-        if signed.signer != sender or signed.kind != KIND_SCORES or signed.height != r.plan.height:
-            self._dropped["score row for another round or signer"] += 1
+        if signed.kind != KIND_SCORES or signed.height != r.plan.height:
+            self._dropped["score row for another round"] += 1
             return
-        if sender not in r.plan.committee or self._me not in r.plan.committee:
+        # a member's own row, or one a fellow member relays to its primary (_tell_primary): the row's signature is
+        # the member's, whoever carries it
+        if sender not in r.plan.committee or signed.signer not in r.plan.committee or self._me not in r.plan.committee:
             self._dropped["score row outside the committee"] += 1
             return
         try:
@@ -1288,16 +1344,170 @@ class NodeCore:
             # signed by the member, so provable: the member is the offender, never the client it misquotes
             self._add_evidence(e.evidence)
             raise
-        held = r.rows.get(sender)
+        held = r.rows.get(signed.signer)
         if held is not None:
             if encode(held.body) != encode(signed.body):
                 pair = sorted((held, signed), key=lambda m: m.encode())  # type: ignore[attr-defined]
                 self._add_evidence(
-                    Evidence(kind="equivocation", offender=sender, height=signed.height, view=signed.view,
+                    Evidence(kind="equivocation", offender=signed.signer, height=signed.height, view=signed.view,
                              exhibits=tuple(pair), reason="two different score rows for one round")
                 )
             return
-        r.rows[sender] = signed
+        r.rows[signed.signer] = signed
+        self._tell_primary(rows=(signed.signer,))
+
+    def _on_have(self, sender: str, commitments: Sequence[UpdateCommitment]) -> None:
+        """A fellow validator holds these signed updates (:meth:`_tell_primary`): fetch the blobs of those this
+        node lacks from it, and take each as if its trainer had sent it. At most one announced digest per
+        ``(peer, round)`` of this round's plan (or the strategy's staleness window) is fetched at a time."""
+        r = self._round
+        h = r.plan.height
+        if sender not in r.plan.committee or self._me not in r.plan.committee:
+            self._dropped["have outside the committee"] += 1
+            return
+        fetching = {(c.peer, c.fl_round) for c in r.announced.values()}
+        for c in commitments:
+            key = (c.peer, c.fl_round)
+            if key in r.updates or key in fetching:
+                continue
+            if (c.fl_round == h and c.peer not in r.plan.trainers) or (c.fl_round != h and not self._stale_ok(*key, h)):
+                self._dropped["have of an update not expected"] += 1
+                continue
+            self._ctx.keys.verify(c.peer, c.signature,
+                                  update_sign_bytes(self._ctx.chain_id, c.peer, c.fl_round, c.digest, c.n_samples),
+                                  what="update commitment")
+            blob = self._blob(c.digest)
+            if blob is not None:
+                self._on_update(c.peer, UpdatePacket(commitment=c, blob=blob))
+                continue
+            r.announced[c.digest] = c
+            fetching.add(key)
+            self._want_blob(c.digest, ask=sender)
+
+    def _relay_refused(self, ev: Evidence) -> None:
+        """Send the proposal this node refused with proof, signed pre-prepare and payload, to the rest of the
+        committee (issue 31 item 10): each judges it itself (:meth:`_on_refused`), so the evidence reaches the next
+        block whoever proposes it, also when a primary sent each validator a different invalid proposal."""
+        proposal = self._refused.get((ev.height, ev.view, ev.offender))
+        if proposal is None or ev.height != self._round.plan.height:
+            return
+        data = Envelope(refused=Message(signed=ev.exhibits[0], payload=proposal.payload)).encode()  # type: ignore[attr-defined]
+        for p in self._round.plan.committee:
+            if p != self._me and p != ev.offender:
+                self._out.append(Transmit(to=p, data=data, kind="refused"))
+
+    def _on_refused(self, sender: str, msg: Message) -> None:
+        """A fellow validator refused this proposal with proof (:meth:`_relay_refused`). Judge it as if it had come
+        from its primary: if it is provably wrong here too, the evidence is this node's own (confirmed, in its next
+        proposal, accepted in others'). Nothing is inferred from the relay itself: a proposal this node finds
+        valid, or cannot judge, accuses nobody."""
+        r = self._round
+        s = msg.signed
+        if sender not in r.plan.committee or self._me not in r.plan.committee or s.height != r.plan.height:
+            self._dropped["refused proposal outside this height's committee"] += 1
+            return
+        ev = Evidence(kind=KIND_INVALID_PROPOSAL, offender=s.signer, height=s.height, view=s.view, exhibits=(s,),
+                      reason="")
+        if proposal_evidence_key(ev) in self._confirmed:
+            return
+        proposal = parse_proposal(msg)  # a pre_prepare whose payload matches its header (RemoteProtocolError otherwise)
+        if proposal.header.proposer != s.signer or s.signer != primary(r.plan.committee, self._ctx.genesis_hash,
+                                                                       s.height, s.view):
+            self._dropped["refused proposal not by the primary of its view"] += 1
+            return
+        check_evidence(self._ctx, s.height, ev)  # the primary's signature (LedgerError otherwise)
+        reason, provable = self._judge(proposal)
+        if reason is None or not provable:
+            return
+        ev = Evidence(kind=KIND_INVALID_PROPOSAL, offender=s.signer, height=s.height, view=s.view, exhibits=(s,),
+                      reason=reason)
+        self._confirmed.add(proposal_evidence_key(ev))
+        self._add_evidence(ev)
+
+    def _rejudge_refused(self) -> None:
+        """Judge again, once, each proposal of this height refused for want of a blob (:attr:`_rejudge`) when its
+        blobs and the previous model are here: one that proves wrong becomes evidence (confirmed, relayed)."""
+        for key, ev in list(self._rejudge.items()):
+            proposal = self._refused.get(key)
+            if proposal is None or key[0] != self._round.plan.height:
+                del self._rejudge[key]
+                continue
+            if self._model is None or any(not self._blobs.has(u.digest) for u in proposal.payload.updates):
+                continue
+            del self._rejudge[key]  # judged once more, whatever it says
+            reason, provable = self._judge(proposal)
+            if reason is not None and provable:
+                self._unprovable.discard(key)
+                ev = Evidence(kind=KIND_INVALID_PROPOSAL, offender=ev.offender, height=ev.height, view=ev.view,
+                              exhibits=ev.exhibits, reason=reason)
+                self._confirmed.add(proposal_evidence_key(ev))
+                self._add_evidence(ev)
+                self._relay_refused(ev)
+
+    def _primary_now(self) -> tuple[int, str] | None:
+        """``(view, primary)`` of the view this validator's replica is in at this height, or None (not a validator
+        of this height, or the replica is not at it)."""
+        r = self._round
+        if self._me not in r.plan.committee:
+            return None
+        h, view, p = self._replica.view_primary
+        return (view, p) if h == r.plan.height else None
+
+    def _tell_primary(self, *, rows: Sequence[str] = (), updates: Sequence[tuple[str, int]] = (), to: str | None = None) -> None:
+        """Send the primary of this validator's view (or ``to``) the score rows and the signed commitments of the
+        updates it holds and has not told that primary of (issue 31, items 1 and 6).
+
+        A validator judges a proposal's omissions only on what it told the proposer in time (:meth:`_judge`), so
+        a trainer or a committee member that skips the primary cannot make an honest primary look like a censor
+        (the primary fetches an announced update's blob from the validator, :meth:`_on_have`), and a primary that
+        leaves out a row or an update honest validators told it of is refused. Rows are small and go whole; an
+        update goes as its commitment alone, and only in coordinator mode (a CMFL proposal carries the updates its
+        rows select, which the primary fetches by digest)."""
+        r = self._round
+        if to is None:
+            now = self._primary_now()
+            if now is None:
+                return
+            to = now[1]
+        if to == self._me:
+            return
+        for m in rows:
+            key = ("row", m, to)
+            if key not in r.told and m != to:
+                r.told[key] = self._now
+                self._out.append(Transmit(to=to, data=Envelope(scores=r.rows[m]).encode(), kind="scores"))  # type: ignore[attr-defined]
+        fresh = []
+        for k in () if self._rules.committee_mode else updates:  # (committee mode judges rows, not updates)
+            key = ("update", k, to)
+            if key not in r.told and k[0] != to:
+                r.told[key] = self._now
+                fresh.append(r.updates[k][0])
+        for i in range(0, len(fresh), BLOBS_PER_MESSAGE_MAX):
+            data = Envelope(have=tuple(fresh[i : i + BLOBS_PER_MESSAGE_MAX])).encode()  # type: ignore[attr-defined]
+            self._out.append(Transmit(to=to, data=data, kind="have"))
+
+    def _tell_new_primary(self) -> None:
+        """After a view change, tell the new primary of everything held (:meth:`_tell_primary`)."""
+        r = self._round
+        now = self._primary_now()
+        if now is None or now[0] == r.told_view:
+            return
+        r.told_view = now[0]
+        r.view_since = self._now
+        if r.rows or r.updates:
+            self._tell_primary(rows=sorted(r.rows), updates=sorted(r.updates), to=now[1])
+
+    def _omission_counts(self, what: str, item: object, proposal: Proposal) -> bool:
+        """May this validator refuse ``proposal`` for leaving out the row or update ``item`` it holds?
+
+        Yes if it sent the proposer that item at least :attr:`_grace` ticks ago (time to reach it, and to fetch an
+        update's blob), or if a view-0 proposal came before this validator's collect deadline less the grace: an
+        honest primary proposes early only with every row or update of the round, so one that leaves something
+        out before the deadline did not wait for it."""
+        t = self._round.told.get((what, item, proposal.header.proposer))
+        if t is not None and t <= self._now - self._grace:
+            return True
+        return proposal.header.view == 0 and self._now < self._round.start_tick + self._collect - self._grace
 
     def _on_want(self, sender: str, digests: Sequence[bytes]) -> None:
         have = [b for b in (self._servable(d) for d in digests[:BLOBS_PER_MESSAGE_MAX]) if b is not None]
@@ -1310,6 +1520,12 @@ class NodeCore:
             if d in self._want:
                 self._blobs.put(blob)
                 del self._want[d]
+                c = self._round.announced.pop(d, None)
+                if c is not None:  # an update a validator told this primary of (_on_have)
+                    try:
+                        self._on_update(c.peer, UpdatePacket(commitment=c, blob=blob))
+                    except (RemoteProtocolError, LedgerError, InvalidUpdateError) as e:
+                        self._dropped[type(e).__name__] += 1
             else:
                 self._unsolicited[d] = blob
                 while len(self._unsolicited) > UNSOLICITED_BLOBS_MAX:

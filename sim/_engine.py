@@ -52,7 +52,7 @@ from learning import (
     vector_to_blob,
 )
 from node import Terminated
-from node.adversary import Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances
+from node.adversary import SKIPPED_KINDS, Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances, omitted_rows
 from node.core import (
     PURPOSE_UPDATE,
     Behavior,
@@ -195,6 +195,11 @@ class _Adversary(Behavior):
         if not self.sim._faulty(self.peer, "corrupt"):
             return distances
         return lying_distances(distances)
+
+    def score_rows(self, rows: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        if not self.sim._faulty(self.peer, "omit_rows"):
+            return rows
+        return omitted_rows(rows, me=self.peer, rows_min=self.sim.nodes[self.peer].rows_min)
 
 
 
@@ -496,6 +501,7 @@ class Simulation:
         if ledger_dir is not None:
             self._writer = LedgerWriter(Path(ledger_dir), self.genesis, [vector_to_blob(self.theta0)])
         self.head_hash = self.genesis.hash()
+        self._genesis_hash = self.head_hash
         self._committee = genesis_committee(self.genesis)
         self.fuzzer: ByzantineFuzzer | None = None
         if fuzz is not None:
@@ -550,7 +556,7 @@ class Simulation:
 
     def _coordinator_now(self) -> str:
         """The view-0 primary of the height being decided (the 'coordinator' fault target)."""
-        return primary(self._committee, self.head_hash, self._written + 1, 0)
+        return primary(self._committee, self._genesis_hash, self._written + 1, 0)
 
     def _scenario_faulty(self, peer: str, height: int) -> bool:
         """Does a fault of the scenario's adversary section control ``peer`` at ``height`` (any kind)?"""
@@ -660,6 +666,10 @@ class Simulation:
         if not withheld:
             self._count(fx.kind, len(fx.data), fx.detail)
         if self._faults and (self._faulty(frm, "drop") or self._faulty(fx.to, "drop")):
+            self.dropped += not withheld
+            return
+        if (self._faults and fx.kind in SKIPPED_KINDS and self._faulty(frm, "skip_primary")
+                and fx.to == self._coordinator_now()):
             self.dropped += not withheld
             return
         a, b = self.index[frm], self.index[fx.to]

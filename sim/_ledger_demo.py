@@ -131,7 +131,7 @@ class LedgerDemo:
             height=h,
             prev_hash=st.head_hash,
             view=view,
-            proposer=primary(st.committee, st.head_hash, h, view),
+            proposer=primary(st.committee, self.ctx.genesis_hash, h, view),
             time_ms=st.time_ms + 1000,
             payload=payload,
         )

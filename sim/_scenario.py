@@ -76,7 +76,7 @@ __all__ = [
     "resolve_scenario",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "skip_primary", "omit_rows")
 MODEL_PUSH = ("all", "participants")
 OUTSIDERS = ("blocks", "headers", "lazy")
 
@@ -350,7 +350,9 @@ class FaultConfig:
 
     Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
     coordinator proposes a wrong aggregate, a committee member signs false scores, and it votes for
-    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers)."""
+    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers),
+    ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
+    ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election)."""
 
     target: str
     kind: str

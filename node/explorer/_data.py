@@ -318,10 +318,10 @@ def _selection(block: Block, mode: str) -> dict[str, list[str]]:
     return {"trainers": trainers, "accepted": accepted, "rejected": rejected, "excluded": excluded}
 
 
-def _replaced(block: Block, committee: Sequence[str]) -> list[str]:
+def _replaced(block: Block, committee: Sequence[str], genesis_hash: bytes) -> list[str]:
     """The proposers (coordinators) of the views before the block's: each was replaced by a view change."""
     hd = block.header
-    return [primary(tuple(sorted(committee)), hd.prev_hash, hd.height, v) for v in range(hd.view)]
+    return [primary(tuple(sorted(committee)), genesis_hash, hd.height, v) for v in range(hd.view)]
 
 
 def _row(block: Block, mode: str) -> dict[str, Any]:
@@ -405,7 +405,7 @@ def block_page(store: SqliteBlockStore, height: int) -> dict[str, Any]:
         "payload_hash": hd.payload_hash.hex(),
         "updates_root": hd.updates_root.hex(),
         "committee": list(committee),
-        "replaced": _replaced(block, committee),
+        "replaced": _replaced(block, committee, g.hash()),
         "quorum_votes": quorum_size(len(committee), g.protocol.quorum),
         "signers": [s.signer for s in block.certificate.signatures],
         "updates": [
@@ -448,6 +448,7 @@ def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, wi
     if member is None:
         raise KeyError(peer)
     mode = g.protocol.mode
+    genesis_hash = g.hash()
     top = store.height() if to is None else max(0, min(to, store.height()))
     lo = max(1, top - window + 1)
     committee = _committee_before(store, lo) if top >= 1 else ()
@@ -471,7 +472,7 @@ def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, wi
         if b.header.proposer == peer:
             counts["proposed"] += 1
             r.roles.append("coordinator" if mode != COMMITTEE_MODE else "proposer")
-        for v, who in enumerate(_replaced(b, committee)):
+        for v, who in enumerate(_replaced(b, committee, genesis_hash)):
             if who == peer:
                 counts["replaced"] += 1
                 r.roles.append(f"replaced {'coordinator' if mode != COMMITTEE_MODE else 'proposer'} (view {v})")

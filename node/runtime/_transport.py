@@ -105,7 +105,7 @@ if not _libp2p_logger.handlers:
 
 __all__ = ["DATA_KINDS", "MSG_KINDS", "Transport", "TransportLimits", "TransportStats", "protocol_ids"]
 
-MSG_KINDS = frozenset({"pbft", "scores", "want"})
+MSG_KINDS = frozenset({"pbft", "scores", "want", "have", "refused"})
 DATA_KINDS = frozenset({"update", "blobs", "model"})
 _CHAIN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _NET_ERRORS = (BaseLibp2pError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -125,7 +125,7 @@ def protocol_ids(chain_id: str) -> tuple[TProtocol, TProtocol, TProtocol]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportLimits:
-    msg_frame_max: int = 16 << 20  # frames of kinds pbft/scores/want
+    msg_frame_max: int = 16 << 20  # frames of kinds pbft/scores/want/have/refused
     data_frame_max: int = 256 << 20  # frames of kinds update/blobs/model (= node._wire.ENVELOPE_BYTES_MAX)
     header_timeout_s: float = 120.0  # an inbound stream idle this long between frames is reset (bad frame)
     read_base_s: float = 10.0  # payload deadline = read_base_s + size / read_bytes_per_s_min

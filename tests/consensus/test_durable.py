@@ -97,13 +97,14 @@ def test_restart_between_prepare_and_commit(seed, explored):
 COMMITS_LOST = Faults(drop=0.2, duplicate=0.05, delay_ticks_max=3, drop_kind=((KIND_COMMIT, 0.6),))
 
 
-@pytest.mark.parametrize("seed,kind", [(1, "pre_prepare"), (8, "pre_prepare"), (28, "view_change")])
+@pytest.mark.parametrize("seed,kind", [(1, "pre_prepare"), (2, "pre_prepare"), (11, "view_change")])
 @pytest.mark.parametrize("forget", [False, True])
 def test_restart_between_prepare_and_commit_after_a_view_change(seed, kind, forget):
     """The same restart in a view >= 1 (commits mostly lost, so views change). A member that forgets its
     votes starts again in view 0 and signs again what it had signed there or in view 1, differently:
     as the primary of view 0 a pre-prepare with a later time, or a VIEW-CHANGE to view 1 without the
-    certificate it had prepared. Seeds found by a search over 40 (15 of them equivocate this way);
+    certificate it had prepared. Seeds found by a search over 40 (9 of them equivocate this way, since the
+    primary is a hash of the genesis and the height);
     with the vote log none does."""
     c = Cluster(size=4, seed=seed, faults=COMMITS_LOST)
 

@@ -36,9 +36,11 @@ from ledger import (
 )
 
 
-def primary_index(size: int, view: int = 0, members: int | None = None) -> int:
-    """Index (into Cluster.peers) of the primary of height 1, ``view``."""
-    c = Cluster(size=size, members=members, check=False, auto_propose=False)
+def primary_index(size: int, view: int = 0, members: int | None = None, **genesis: object) -> int:
+    """Index (into Cluster.peers) of the primary of height 1, ``view``, in the cluster of ``Cluster(size=size,
+    members=members, **genesis)`` (what it takes that shapes the genesis, e.g. ``quorum``: the primary is a hash of
+    the genesis)."""
+    c = Cluster(size=size, members=members, check=False, auto_propose=False, **genesis)  # type: ignore[arg-type]
     return c.peers.index(primary(genesis_committee(c.genesis), c.genesis.hash(), 1, view))
 
 
@@ -117,7 +119,8 @@ def _commit_only_at(c: Cluster, keep: str) -> None:
 
 def _carried_cluster() -> tuple[Cluster, str]:
     c = Cluster(size=4, seed=5, auto_propose=False, faults=Faults(reorder=False))
-    keep = c.peers[0]
+    # the one that decides in view 0 and then crashes: not view 1's primary, which carries the block over
+    keep = next(p for p in c.peers if p != primary(genesis_committee(c.genesis), c.genesis.hash(), 1, 1))
     c.propose_pending()
     _commit_only_at(c, keep)
     assert c.height(keep) == 1 and all(c.height(p) == 0 for p in c.peers if p != keep)
@@ -166,7 +169,7 @@ def test_quorum_with_disagreeing_replicas(quorum, refusing, decides):
     """seed_003 §7.8 item 5, C = 12: majority needs ⌊12/2⌋+1 = 7 votes, bft ⌊24/3⌋+1 = 9 (the pre-prepare
     is the primary's vote). Replicas that cannot re-execute never vote; without a quorum the views keep
     changing and nothing is decided."""
-    p0 = primary_index(12)
+    p0 = primary_index(12, quorum=quorum)
     others = [i for i in range(12) if i != p0]
     c = Cluster(size=12, seed=0, quorum=quorum, disagree=others[:refusing])
     assert c.replicas[c.peers[0]].status().quorum == (7 if quorum == "majority" else 9)

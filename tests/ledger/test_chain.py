@@ -67,7 +67,7 @@ class Chain:
         )
         header = make_header(
             chain_id=chain, height=h, prev_hash=st.head_hash, view=view,
-            proposer=proposer or primary(st.committee, st.head_hash, h, view),
+            proposer=proposer or primary(st.committee, self.ctx.genesis_hash, h, view),
             time_ms=st.time_ms + 1 if time_ms is None else time_ms, payload=payload,
         )
         if signers is None:
@@ -178,7 +178,7 @@ def test_reordered_missing_and_foreign_blocks_are_rejected():
 def test_wrong_proposer_and_time_going_backwards():
     c = Chain()
     h = 1
-    wrong = next(p for p in sorted(c.state.committee) if p != primary(c.state.committee, c.state.head_hash, h, 0))
+    wrong = next(p for p in sorted(c.state.committee) if p != primary(c.state.committee, c.ctx.genesis_hash, h, 0))
     with pytest.raises(ChainError, match="is not the primary"):
         c.apply(c.block(proposer=wrong))
     # a view change moves the primary to the next member, and the certificate must be for that view

@@ -1,6 +1,6 @@
 """Experiment-seeded client sampling (``protocol.params.sampling_seed``, ``node._rounds.sampling_seed_of``):
 two chains with the same members and seed ask the same clients in every round whatever their algorithms, the
-ledgers still verify with re-execution, the default (chain-seeded) sampling is unchanged without the key, and
+ledgers still verify with re-execution, the default (genesis-seeded) sampling without the key, and
 bad values fail when the scenario or the genesis loads. Also the sampling rule (``protocol.params.sampling_rule``,
 ``node._rounds.sampling_rule_of``)."""
 
@@ -66,15 +66,15 @@ def test_same_sampling_seed_samples_the_same_clients_across_algorithms_and_verif
     assert [c for c, _, _ in other] != list(clients_a)
 
 
-def test_without_the_key_the_sample_follows_the_previous_block_hash(tmp_path):
+def test_without_the_key_the_sample_follows_the_genesis_hash_and_the_height(tmp_path):
     _, _, fedavg = _run(tmp_path, "fedavg", "fedavg", {"clients": 5}, rounds=4)
     sim, _, fedro = _run(tmp_path, "fedro", "fedro", {"clients": 5, "f": 1, "aggregator": "median"}, rounds=4)
     members = sim.genesis.member_ids
-    prev = sim.genesis.hash()
-    for h, (clients, _, head) in enumerate(fedro, start=1):
-        assert clients == sample_training_clients(members, (), prev, h, 5), "the default rule, unchanged"
-        prev = head
-    # each chain draws from its own genesis and blocks: the same members, other samples (unpaired)
+    for h, (clients, _, _) in enumerate(fedro, start=1):
+        # never the previous block's hash, which its proposer could grind (issue 31)
+        assert clients == sample_training_clients(members, (), sim.genesis.hash(), h, 5), "the default rule"
+    assert len({c for c, _, _ in fedro}) > 1, "the sample changes from height to height"
+    # each chain draws from its own genesis: the same members, other samples (unpaired)
     assert [c for c, _, _ in fedavg] != [c for c, _, _ in fedro]
     rules = RoundRules(sim.genesis)
     assert rules.sampling_hash is None
@@ -138,18 +138,17 @@ def test_strategies_never_see_the_host_keys():
 
 
 def test_draw_rule_samples_what_it_says_and_the_ledgers_verify(tmp_path):
-    """``sampling_rule = "draw"`` in both modes: the clients of each block are the draw rule's from the previous
-    block hash, the committees too (coordinator mode), and every ledger re-executes (the auditor reads the rule
+    """``sampling_rule = "draw"`` in both modes: the clients of each block are the draw rule's from the genesis
+    hash and the height, the committees too (coordinator mode), and every ledger re-executes (the auditor reads the rule
     from the genesis)."""
     sim, _, blocks = _run(tmp_path, "coord", "fedavg", {"clients": 5, "sampling_rule": "draw"}, rounds=4, members=20)
-    members, prev, c = sim.genesis.member_ids, sim.genesis.hash(), sim.genesis.protocol.committee_size
+    members, g, c = sim.genesis.member_ids, sim.genesis.hash(), sim.genesis.protocol.committee_size
     store, _ = open_ledger(tmp_path / "coord", readonly=True)
     with store:
-        for h, (clients, _, head) in enumerate(blocks, start=1):
-            assert clients == sample_training_clients(members, (), prev, h, 5, rule="draw")
-            seed = prev + h.to_bytes(8, "big")
+        for h, (clients, _, _) in enumerate(blocks, start=1):
+            assert clients == sample_training_clients(members, (), g, h, 5, rule="draw")
+            seed = g + h.to_bytes(8, "big")
             assert store.get(h).payload.next_committee == sample_committee(members, seed, c, rule="draw")
-            prev = head
     ok, line = verify_ledger(tmp_path / "coord")
     assert ok and "re-executed" in line, line
 
