@@ -5,8 +5,9 @@ because it must dispatch both to ``node`` (keys, genesis, running a peer) and to
 sim run``), and the layering forbids ``node`` from importing ``sim``. Command logic stays in the
 layers; this module only parses arguments, prints, and maps errors to exit codes:
 
-* 0 success; 1 a verification found the ledger/proof invalid; 2 bad input (missing or wrong file,
-  bad argument). Errors are one line ``concilium: error: <file>: <problem>`` and nothing is written.
+* 0 success; 1 a verification found the ledger/proof invalid (``genesis risk``: the committee is over the risk
+  budget); 2 bad input (missing or wrong file, bad argument, a genesis whose committee risk is over the budget
+  without ``--accept-risk``). Errors are one line ``concilium: error: <file>: <problem>`` and nothing is written.
 * 141 (128 + SIGPIPE) when the reader of stdout went away (``concilium ledger show L | head``): silent,
   as a Unix filter killed by SIGPIPE.
 * 130 after Ctrl-C, 143 after SIGTERM (128 + the signal): a simulation stops cleanly between two events,
