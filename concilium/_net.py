@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from concilium._repro import rerun_reproducible
+from concilium._risk import add_risk_arguments, check_risk
 
 __all__ = ["add_parsers"]
 
@@ -212,6 +213,10 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
     rerun = rerun_reproducible(args, scenario.training.reproducible)  # the genesis' initial model is trained bits
     if rerun is not None:
         return rerun
+    p = scenario.protocol  # the genesis' members, committee, quorum, mode and fl_rounds (= scenario.rounds)
+    risk = check_risk(args, members=scenario.members, committee_size=p.committee_size, quorum=p.quorum, mode=p.mode,
+                      params=p.params, planned_rounds=scenario.rounds, scenario_risk=scenario.risk,
+                      what=f"{path}: protocol.committee_size {p.committee_size}")
     with results_folder(args.out, force=args.force) as out:
         (out / "scenario.toml").write_bytes(path.read_bytes() if not getattr(args, "nodes", None) else _scenario_bytes(scenario))
         try:
@@ -223,6 +228,7 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
     for f in files:
         print(f"  node-{f.index}: {f.peer_id}  {f.address}")
     print(f"start each node with: concilium node start --config {args.out}/nodes/node-<i>/node.toml")
+    print("\n".join(risk))
     return EXIT_OK
 
 
@@ -307,6 +313,7 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ti.add_argument("--compose", action="store_true",
                     help="also write compose.yaml: one container per node at a static address (172.28.0.10+i)")
     ti.add_argument("--force", action="store_true", help="replace an earlier folder at --out")
+    add_risk_arguments(ti, rounds_type=int_in(1, 2**63 - 1), refuses=True, scenario=True)
     ti.set_defaults(func=cmd_testnet_init)
 
     tl = t.add_parser("local", help="run N node processes on 127.0.0.1 with a progress bar and a results folder")

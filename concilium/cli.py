@@ -5,8 +5,9 @@ because it must dispatch both to ``node`` (keys, genesis, running a peer) and to
 sim run``), and the layering forbids ``node`` from importing ``sim``. Command logic stays in the
 layers; this module only parses arguments, prints, and maps errors to exit codes:
 
-* 0 success; 1 a verification found the ledger/proof invalid; 2 bad input (missing or wrong file,
-  bad argument). Errors are one line ``concilium: error: <file>: <problem>`` and nothing is written.
+* 0 success; 1 a verification found the ledger/proof invalid (``genesis risk``: the committee is over the risk
+  budget); 2 bad input (missing or wrong file, bad argument, a genesis whose committee risk is over the budget
+  without ``--accept-risk``). Errors are one line ``concilium: error: <file>: <problem>`` and nothing is written.
 * 141 (128 + SIGPIPE) when the reader of stdout went away (``concilium ledger show L | head``): silent,
   as a Unix filter killed by SIGPIPE.
 * 130 after Ctrl-C, 143 after SIGTERM (128 + the signal): a simulation stops cleanly between two events,
@@ -60,6 +61,17 @@ from node.keys import generate_key, load_key, save_key
 
 from concilium._net import add_parsers as add_net_parsers
 from concilium._repro import rerun_reproducible
+from concilium._risk import (
+    RiskOverBudget,
+    add_risk_arguments,
+    assess,
+    assumptions_from,
+    check_risk,
+    epoch_of,
+    risk_lines,
+    simulation_line,
+    unit_interval,
+)
 
 __all__ = ["main"]
 
@@ -213,9 +225,48 @@ def cmd_genesis_create(args: argparse.Namespace) -> int:
         )
     except (ValueError, TypeError) as e:
         raise CliError(f"genesis: {e}") from None
+    p = genesis.protocol
+    what = f"--committee-size {p.committee_size}" + ("" if args.committee_size else " (the default, min(4, members))")
+    try:
+        lines = check_risk(args, members=len(members), committee_size=p.committee_size, quorum=p.quorum, mode=p.mode,
+                           params=p.params, planned_rounds=p.fl_rounds, what=what)
+    except ValueError as e:  # a bad protocol.params.committee_epoch
+        raise CliError(f"--param {e}") from None
     _write_atomic(args.out, dump_genesis(genesis), overwrite=args.force)
     print(f"{args.out}: chain {genesis.chain_id}, {len(members)} members, genesis hash {genesis.hash().hex()}")
+    print("\n".join(lines))
     return EXIT_OK
+
+
+def cmd_genesis_risk(args: argparse.Namespace) -> int:
+    """The committee risk of a genesis file, or of ``--members`` (and ``--committee-size``), and the smallest
+    committees within the budget; exit 1 when the committee judged is over it."""
+    shape = ("members", "committee_size", "mode", "quorum", "committee_epoch")
+    if args.genesis is not None:
+        given = [f"--{k.replace('_', '-')}" for k in shape if getattr(args, k) is not None]
+        if given:
+            raise CliError(f"{given[0]}: the genesis file fixes it (give a genesis file or --members, not both)")
+        g = load_genesis(args.genesis)
+        members, size, p = len(g.members), g.protocol.committee_size, g.protocol
+        mode, quorum, params, planned = p.mode, p.quorum, dict(p.params), p.fl_rounds
+    elif args.members is None:
+        raise CliError("genesis risk needs a genesis file or --members")
+    else:
+        members, size = args.members, args.committee_size
+        if size is not None and size > members:
+            raise CliError(f"--committee-size {size}: larger than --members {members}")
+        mode, quorum, planned = args.mode or "coordinator", args.quorum or "bft", 0
+        if mode == COMMITTEE_MODE and args.committee_epoch is not None:
+            raise CliError("--committee-epoch: applies to coordinator mode only (committee mode elects its committees)")
+        params = {} if args.committee_epoch is None else {"committee_epoch": args.committee_epoch}
+    a = assumptions_from(args, planned_rounds=planned)
+    try:
+        epoch = epoch_of(params, mode)
+        risk, rec = assess(members=members, committee_size=size, quorum=quorum, mode=mode, committee_epoch=epoch, a=a)
+    except ValueError as e:
+        raise CliError(f"genesis risk: {e}") from None
+    print("\n".join(risk_lines(risk, rec, a, committee_epoch=epoch)))
+    return EXIT_INVALID if risk is not None and risk.safety > a.budget else EXIT_OK
 
 
 def cmd_genesis_show(args: argparse.Namespace) -> int:
@@ -474,7 +525,8 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     from sim import load_scenario, resolve_scenario, run_scenario
 
     scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
-    rerun = rerun_reproducible(args, args.reproducible or load_scenario(scenario).training.reproducible)
+    loaded = load_scenario(scenario)
+    rerun = rerun_reproducible(args, args.reproducible or loaded.training.reproducible)
     if rerun is not None:
         return rerun
     name = scenario.stem
@@ -499,6 +551,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
             f"view changes {summary['view_changes']}, {summary['wall_seconds']:.1f} s"
         )
         print(f"ledger: {summary['ledger_verdict']}")
+        print(simulation_line(loaded, args.rounds or loaded.rounds))
         if executor is not None and executor.stats:
             st = executor.stats
             print(f"ray: {st['trainers']} trainers, {st['jobs']} jobs, {st['models']} models sent for {st['rounds']} rounds trained")
@@ -548,15 +601,8 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-def _fraction(text: str) -> float:
-    """An argparse type: a number in (0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r:.40}") from None
-    if not 0.0 < v <= 1.0:  # (NaN fails too)
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text:.40}")
-    return v
+_fraction = unit_interval(open_low=True)
+"""An argparse type: a number in (0, 1]."""
 
 
 INT63_MAX = 2**63 - 1
@@ -591,7 +637,23 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="algorithm parameter")
     gc.add_argument("--time-ms", type=_int_in(0, INT63_MAX), default=None, help="genesis time (default: now)")
     gc.add_argument("--force", action="store_true", help="overwrite an existing file")
+    add_risk_arguments(gc, rounds_type=_int_in(1, INT63_MAX), refuses=True)
     gc.set_defaults(func=cmd_genesis_create)
+    gr = g.add_parser("risk", help="the probability that a random committee holds a Byzantine quorum over a run, and "
+                                   "the smallest committee within a budget",
+                      description="Print the probability that a randomly drawn committee holds a Byzantine quorum "
+                                  "(safety) or enough seats to block one (liveness), per draw and over the run, and "
+                                  "the smallest committee sizes within the budget, for a genesis file or for "
+                                  "--members. Exit 1 when the committee judged is over the budget.")
+    gr.add_argument("genesis", nargs="?", help="genesis file (its members, committee size, mode, quorum rule, rounds)")
+    gr.add_argument("--members", type=_int_in(1, MEMBERS_MAX), help="without a genesis file: the number of members")
+    gr.add_argument("--committee-size", type=_int_in(1, MEMBERS_MAX), help="a committee size to judge (default: none)")
+    gr.add_argument("--mode", choices=MODES, help="default coordinator (committee mode draws only the genesis committee)")
+    gr.add_argument("--quorum", choices=QUORUM_RULES, help="default bft")
+    gr.add_argument("--committee-epoch", type=_int_in(1, 1_000_000),
+                    help="coordinator mode: heights one committee serves (default 1)")
+    add_risk_arguments(gr, rounds_type=_int_in(1, INT63_MAX), refuses=False)
+    gr.set_defaults(func=cmd_genesis_risk)
     gs = g.add_parser("show", help="validate a genesis file and print it with its hash")
     gs.add_argument("genesis")
     gs.set_defaults(func=cmd_genesis_show)
@@ -727,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _stdout_gone()
-    except (CliError, NodeError, LedgerError) as e:
+    except (CliError, NodeError, LedgerError, RiskOverBudget) as e:
         return _fail(str(e))
     except RecursionError:
         return _fail("input nested too deeply")

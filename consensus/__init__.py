@@ -3,7 +3,8 @@
 Sans-I/O and deterministic (DESIGN.md "State machines, not callbacks"): a :class:`Replica` consumes
 messages (:meth:`Replica.step`), ticks (:meth:`Replica.tick`) and proposals (:meth:`Replica.propose`)
 and returns effects; it imports only the standard library and :mod:`ledger`. The committee functions
-are pure arithmetic over the score rows a proposal carries (seed_003 §2). A deterministic cluster
+are pure arithmetic over the score rows a proposal carries (seed_003 §2); the committee risk (:func:`committee_risk`,
+:func:`recommend_committee`) is exact arithmetic over the hypergeometric law. A deterministic cluster
 harness for tests and simulations is in :mod:`consensus.testing`.
 """
 
@@ -74,8 +75,22 @@ from consensus._messages import (
     vote_message,
 )
 from consensus._replica import DURABLE_BYTES_MAX, Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
+from consensus._risk import (
+    BYZANTINE_FRACTION_DEFAULT,
+    RISK_BUDGET_DEFAULT,
+    CommitteeRecommendation,
+    CommitteeRisk,
+    byzantine_count,
+    committee_draws,
+    committee_risk,
+    hypergeometric_tail,
+    recommend_committee,
+    run_probability,
+    smallest_committee,
+)
 
 __all__ = [
+    "BYZANTINE_FRACTION_DEFAULT",
     "DISTANCE_FLOOR",
     "EVIDENCE_KINDS",
     "KIND_COMMIT",
@@ -100,6 +115,8 @@ __all__ = [
     "Commit",
     "CommitHeader",
     "CommitteeConfigError",
+    "CommitteeRecommendation",
+    "CommitteeRisk",
     "CommitteeSizes",
     "ConsensusError",
     "DURABLE_BYTES_MAX",
@@ -112,6 +129,7 @@ __all__ = [
     "Phase",
     "Proposal",
     "Refusal",
+    "RISK_BUDGET_DEFAULT",
     "RemoteProtocolError",
     "Replica",
     "ReplicaConfig",
@@ -123,29 +141,36 @@ __all__ = [
     "SendBlocks",
     "Validator",
     "advance_state",
+    "byzantine_count",
     "check_cmfl_payload",
     "check_evidence_claim",
     "check_commit_certificate",
     "cmfl_record",
     "combine_scores",
+    "committee_draws",
+    "committee_risk",
     "committee_sizes",
     "coordinator",
     "decide_round",
     "decided_header_message",
     "decided_message",
     "header_sync_request_message",
+    "hypergeometric_tail",
     "elect_committee",
     "election_window",
     "parse",
     "parse_proposal",
     "parse_score_row",
     "rank_clients",
+    "recommend_committee",
     "round_half_up",
+    "run_probability",
     "SAMPLING_RULES",
     "sample_committee",
     "sample_training_clients",
     "select_clients",
     "sign_score_row",
+    "smallest_committee",
     "update_equivocation_evidence",
     "verify_decided_block",
     "verify_score_row",

@@ -41,6 +41,11 @@ Example (``scenarios/quickstart.toml``)::
     kind = "corrupt"                                 # drop | delay | corrupt
     from_round = 2
 
+    [risk]                                           # what `testnet init` assumes (RiskSection)
+    byzantine_fraction = 0.2
+    budget = 1e-6
+    accept = false
+
 Everything is validated here, at the config boundary; the engine only sees typed objects.
 """
 
@@ -54,6 +59,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from consensus import BYZANTINE_FRACTION_DEFAULT, RISK_BUDGET_DEFAULT
 from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, Timeouts
 from node import ConfigFileError
 from node.config import load_toml, record_from_toml
@@ -68,6 +74,7 @@ __all__ = [
     "NetworkConfig",
     "PartitionConfig",
     "ProtocolSection",
+    "RiskSection",
     "Scenario",
     "TrainingSection",
     "bundled_scenario_names",
@@ -402,6 +409,25 @@ class AdversaryConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RiskSection:
+    """What ``concilium testnet init`` assumes when it checks the risk of this scenario's committees before writing a
+    genesis for a real network (``consensus.committee_risk``; its flags override these keys). ``sim run`` studies
+    attacks on purpose: it only prints the figure."""
+
+    byzantine_fraction: float = BYZANTINE_FRACTION_DEFAULT
+    """The share of members assumed Byzantine (``⌊f · members⌋`` of them), in [0, 1]."""
+    budget: float = RISK_BUDGET_DEFAULT
+    """The highest probability of a Byzantine quorum over the run that ``testnet init`` accepts, in [0, 1]."""
+    accept: bool = False
+    """Write the testnet even when the risk is over the budget (as ``testnet init --accept-risk``)."""
+
+    def __post_init__(self) -> None:
+        f = self.byzantine_fraction
+        _check(0.0 <= f <= 1.0, f"byzantine_fraction must be in [0, 1], got {f}")
+        _check(0.0 <= self.budget <= 1.0, f"budget must be in [0, 1], got {self.budget}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     name: str
     seed: int = 0
@@ -415,6 +441,7 @@ class Scenario:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     adversary: AdversaryConfig = field(default_factory=AdversaryConfig)
+    risk: RiskSection = field(default_factory=RiskSection)
 
     def __post_init__(self) -> None:
         for where, table in (

@@ -97,6 +97,9 @@ def test_results_folder_verifies_with_reexecution_and_tampering_is_caught(tmp_pa
     out = tmp_path / "run"
     code = main(["sim", "run", str(SCENARIOS / "quickstart.toml"), "--rounds", "3", "--out", str(out), "--quiet"])
     assert code == 0
+    # the risk its committee would carry on a real network: printed, not refused (issue 31)
+    assert ("committee risk on a real network at 20 % Byzantine: a Byzantine quorum with probability 0.0134 over 3 "
+            "rounds (the genesis committee only; budget 1e-06; a simulation is not refused)") in capsys.readouterr().out
     for f in ("metrics.csv", "summary.json", "accuracy.png", "acceptance.png", "genesis.toml", "scenario.toml"):
         assert (out / f).is_file(), f
     summary = json.loads((out / "summary.json").read_text())
