@@ -202,14 +202,29 @@ class ChainState:
     state_digest: bytes | None
 
 
+@dataclass(frozen=True, slots=True)
+class AuditFinding:
+    """A signed input of a block that its stored blobs contradict, found by re-execution: a committee member's score
+    row whose distances the updates do not give, or that names a blob nobody kept. The block itself follows the
+    chain's rules (its decision re-executes from the rows as signed: the validators could not check the row), so
+    the audit goes on past it; ``offender`` is the member who signed the input, ``reason`` says what is wrong."""
+
+    height: int
+    offender: str
+    reason: str
+
+
 class Reexecutor(Protocol):
     """Plug-in that re-executes a round from the stored blobs (scoring, selection, election, aggregation).
 
     It raises :class:`ReexecutionError` naming what differs. The ledger calls it after every structural
-    check of the block passed, so it can trust signatures and links.
+    check of the block passed, so it can trust signatures and links. It may return :class:`AuditFinding` items:
+    signed inputs the blobs contradict in a block that is otherwise right (``audit_chain`` reports the first).
     """
 
-    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None: ...
+    def reexecute(
+        self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource
+    ) -> Sequence[AuditFinding] | None: ...
 
 
 _COMMITTEES_KEPT = 16
