@@ -2,7 +2,8 @@
 
 :func:`audit_chain` folds :func:`ledger.apply_block` over the stored bytes and stops at the first bad
 block, naming its height and the reason (Certificate Transparency's monitor, CometBFT's light client).
-Re-execution of rounds plugs in through :class:`ledger.Reexecutor`.
+Re-execution of rounds plugs in through :class:`ledger.Reexecutor`; what it finds wrong with a signed input of an
+otherwise valid block (:class:`ledger.AuditFinding`: a lying score row) fails the audit too, without stopping it.
 
 An :class:`InclusionProof` shows that one signed update commitment is in a block certified by a quorum
 of the committee that the previous block named, checkable with nothing but the genesis.
