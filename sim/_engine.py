@@ -507,7 +507,7 @@ class Simulation:
             self.fuzzer = ByzantineFuzzer(
                 peers=frozenset(self.peers_by_index(i) for i in fuzz.members), keys=self.keys, genesis=self.genesis,
                 seed=fuzz.seed, rate=fuzz.rate, dim=self.theta0.shape[0], only=fuzz.only,
-                also_byzantine=self._scenario_faulty,
+                also_byzantine=self.scenario_faulty,
             )
         self._coordinators = {1: self._coordinator_now()}  # height -> its view-0 primary (the 'coordinator' target)
 
@@ -557,7 +557,7 @@ class Simulation:
         """The view-0 primary of the height being decided (the 'coordinator' fault target)."""
         return primary(self._committee, self.head_hash, self._written + 1, 0)
 
-    def _scenario_faulty(self, peer: str, height: int) -> bool:
+    def scenario_faulty(self, peer: str, height: int) -> bool:
         """Does a fault of the scenario's adversary section control ``peer`` at ``height`` (any kind)?"""
         for target, f in self._faults:
             if height >= f.from_round and (target == peer or (target is None and self._coordinators.get(height) == peer)):
