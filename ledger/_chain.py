@@ -358,7 +358,8 @@ def apply_block(
     Checks, in order: chain id, height, hash link, time monotonic, proposer = primary of (height, view),
     payload hash, Merkle root, certificate against ``state.committee`` with the genesis quorum rule,
     update commitments (members, round, signatures), next committee (members), evidence, blobs
-    (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given).
+    (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given; what it returns, the
+    :class:`AuditFinding` items, is for a caller that wraps it, as :func:`ledger.audit_chain` does).
     Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
     :func:`decode_block`) saves recomputing the hashes of a block just decoded. ``epoch`` > 1: a block of a later
     height in the same committee epoch as ``state.height + 1`` is taken without the blocks between, as

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from node.explorer import create_app
-from node.explorer._data import MOSTLY_REJECTED_MIN_ROUNDS, OUTLIER_DISTANCE_FACTOR
+from node.explorer import MOSTLY_REJECTED_MIN_ROUNDS, OUTLIER_DISTANCE_FACTOR
 
 ROUNDS = 5
 
@@ -87,10 +87,12 @@ def test_members_rejected_in_most_of_their_rounds_are_marked(run, run_cli_json):
     assert any(rejected.get(p, 0) and p not in want for p in trained)  # a rejection alone is no mark
     ov = c.get("/api/overview").json()["rejections"]
     assert (ov["from"], ov["to"]) == (1, ROUNDS)
+    assert ov["all"] == {"trained": sum(trained.values()), "rejected": sum(rejected.values())}
     assert {p for p, v in ov["members"].items() if v["mostly_rejected"]} == want
     assert {p: (v["trained"], v["rejected"]) for p, v in ov["members"].items()} == {
         p: (t, rejected.get(p, 0)) for p, t in trained.items()}
     text = c.get("/").text
+    assert f'<span id="rejected-all">{sum(rejected.values())} of {sum(trained.values())}</span>' in text
     assert text.count('class="mostly-rejected"') == len(want)
     for p in want:
         row = re.search(rf'<tr data-peer="{p}" class="mostly-rejected">(.*?)</tr>', text, re.S)
