@@ -666,7 +666,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--expect-height", type=_int_in(0, INT63_MAX),
                    help="fail if the chain is shorter (detects a truncated tail)")
     v.add_argument("--reexec", choices=("auto", "yes", "no"), default="auto",
-                   help="re-execute every round (scores, selection, election, aggregation) from the blobs; "
+                   help="re-execute every round (scores, selection, election, aggregation) from the blobs, and "
+                        "recompute every committee score row from the updates it scored; "
                         "auto = when the genesis algorithm is known (default)")
     v.set_defaults(func=cmd_ledger_verify)
     s = lg.add_parser("show", help="list blocks, or print one block (0 = genesis)")

@@ -84,6 +84,7 @@ __all__ = [
     "round_half_up",
     "SAMPLING_RULES",
     "sample_committee",
+    "score_row_blobs",
     "sample_training_clients",
     "select_clients",
     "sign_score_row",
@@ -429,6 +430,31 @@ def parse_score_row(msg: SignedMessage) -> ScoreRow:
         except (TypeError, ValueError) as e:
             raise _bad_row(f"update of {k!r:.60}: {e}") from None
     return ScoreRow(msg.signer, msg.height, distances, updates, ref)
+
+
+def score_row_blobs(attestations: Sequence[SignedMessage]) -> tuple[tuple[str, str, bytes], ...]:
+    """``(member, whose, digest)`` for every blob the score rows among ``attestations`` name: each row's
+    reference (``whose`` = the member: its own update, what its distances are measured from) and each update
+    it scored (``whose`` = the client). These are the blobs an audit needs to recompute every row, so a
+    committed block's store keeps them all, not only the accepted updates (DESIGN.md "Ledger"). Rows that do
+    not parse are skipped (a committed block's rows all parse); a digest named twice is listed once, for the
+    first row (by member) that names it."""
+    out: list[tuple[str, str, bytes]] = []
+    seen: set[bytes] = set()
+    rows = []
+    for a in attestations:
+        if a.kind != KIND_SCORES:
+            continue
+        try:
+            rows.append(parse_score_row(a))
+        except RemoteProtocolError:
+            continue
+    for r in sorted(rows, key=lambda r: r.member):
+        for whose, digest in [(r.member, r.reference), *((k, u.digest) for k, u in sorted(r.updates.items()))]:
+            if digest not in seen:
+                seen.add(digest)
+                out.append((r.member, whose, digest))
+    return tuple(out)
 
 
 KIND_INVALID_SCORE_ROW = "invalid_score_row"

@@ -29,7 +29,7 @@ from learning.availability import (
 from learning.data import DATASETS, PARTITIONS, Dataset, DigitsSpec, IIDPartition, dataset_spec, partition_dataset
 from learning.data import partition_spec, with_public
 from learning.models import MLPSpec, blob_to_vector, model_spec, vector_to_blob
-from learning.robust import distance_row, kernel_threads, parse_aggregator, set_kernel_threads
+from learning.robust import distance_row, distance_rtol, kernel_threads, parse_aggregator, set_kernel_threads
 from learning.strategies import (
     HOST_PARAM_KEYS, STRATEGIES, AggregateResult, ClientJob, ClientUpdate, FedAvg, LocalOutcome, PublicEval, RoundInfo,
     Strategy, b_hat_star, hypergeom_sf, n_hat_th, probability_no_takeover, recommend, strategy_from_params,
@@ -45,7 +45,7 @@ __all__ = [
     "DATASETS", "PARTITIONS", "Dataset", "DigitsSpec", "IIDPartition", "dataset_spec", "partition_dataset",
     "partition_spec", "with_public",
     "MLPSpec", "blob_to_vector", "model_spec", "vector_to_blob",
-    "distance_row", "kernel_threads", "parse_aggregator", "set_kernel_threads",
+    "distance_row", "distance_rtol", "kernel_threads", "parse_aggregator", "set_kernel_threads",
     "HOST_PARAM_KEYS", "STRATEGIES", "AggregateResult", "ClientJob", "ClientUpdate", "FedAvg", "LocalOutcome",
     "PublicEval", "RoundInfo", "Strategy", "b_hat_star", "hypergeom_sf", "n_hat_th", "probability_no_takeover",
     "recommend", "strategy_from_params",

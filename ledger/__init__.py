@@ -8,6 +8,7 @@ from ledger._blockstore import BlockStore, MemoryBlockStore
 from ledger._chain import (
     KIND_COMMIT,
     KIND_UPDATE,
+    AuditFinding,
     BlobSource,
     BlockDigests,
     ChainContext,
@@ -84,6 +85,7 @@ from ledger._types import (
 
 __all__ = [
     "DTYPE_BYTES",
+    "AuditFinding",
     "AuditReport",
     "BlockStore",
     "InclusionProof",

@@ -2,7 +2,8 @@
 
 :func:`audit_chain` folds :func:`ledger.apply_block` over the stored bytes and stops at the first bad
 block, naming its height and the reason (Certificate Transparency's monitor, CometBFT's light client).
-Re-execution of rounds plugs in through :class:`ledger.Reexecutor`.
+Re-execution of rounds plugs in through :class:`ledger.Reexecutor`; what it finds wrong with a signed input of an
+otherwise valid block (:class:`ledger.AuditFinding`: a lying score row) fails the audit too, without stopping it.
 
 An :class:`InclusionProof` shows that one signed update commitment is in a block certified by a quorum
 of the committee that the previous block named, checkable with nothing but the genesis.
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger._chain import (
+    AuditFinding,
     BlobSource,
     ChainContext,
     ChainState,
@@ -50,6 +52,13 @@ class AuditReport:
     reexecuted: bool
     first_bad_height: int | None = None
     reason: str | None = None
+    findings: tuple[AuditFinding, ...] = ()
+    """Signed inputs that re-execution found contradicted by the blobs (:class:`ledger.AuditFinding`), in height
+    order, up to the end of the chain or its first invalid block: each one makes the audit fail (the first one
+    found, if it comes before any invalid block, is ``first_bad_height``), but the chain is checked on past them."""
+    chain_valid: bool = True
+    """Every check but the findings passed: the chain follows its rules (its rounds re-execute from the signed
+    inputs as they are), up to ``expect_height``."""
 
     def line(self) -> str:
         """The one-line verdict printed by ``concilium ledger verify``."""
@@ -72,6 +81,21 @@ def _signature_count(b: Block) -> int:
     )
 
 
+class _Collecting:
+    """A re-executor that keeps what the wrapped one finds (:class:`ledger.AuditFinding`) instead of handing it on."""
+
+    __slots__ = ("found", "inner")
+
+    def __init__(self, inner: Reexecutor) -> None:
+        self.inner = inner
+        self.found: list[AuditFinding] = []
+
+    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None:
+        got = self.inner.reexecute(ctx, before, block, blobs)
+        if got:
+            self.found.extend(got)
+
+
 def audit_chain(
     genesis: Genesis,
     rows: Iterable[tuple[int, bytes] | tuple[int, bytes, bytes] | tuple[int, bytes, bytes, bytes]],
@@ -89,11 +113,18 @@ def audit_chain(
     every command names the same first bad height. ``blobs`` (optional)
     checks every referenced blob's digest. ``expect_height`` makes a chain shorter than expected fail
     (a truncated tail is otherwise indistinguishable from an older, valid chain).
+
+    What ``reexecutor`` finds (:class:`ledger.AuditFinding`: a committee member's score row that the stored
+    updates contradict) fails the audit too, but the chain is checked on past it, to its end or its first invalid
+    block: the verdict names the lower of the first finding's height and the first invalid block's, and
+    :attr:`AuditReport.findings` lists every finding.
     """
     ctx = ChainContext(genesis)
     state: ChainState = genesis_state(ctx)
     sigs = blobs_n = 0
     bad: tuple[int, str] | None = None
+    collecting = None if reexecutor is None else _Collecting(reexecutor)
+    found_before: ChainState | None = None  # the valid prefix before the first block with a finding
     rows_iter = iter(rows)
     while True:
         h = state.height + 1
@@ -107,15 +138,18 @@ def audit_chain(
             bad = (h, str(e))
             break
         height, data = row[0], row[1]
+        found = 0 if collecting is None else len(collecting.found)
         try:
             if height != h:
                 raise ChainError(f"height {h}: missing (the next stored block is height {height})")
             block, digests = decode_block(data)
-            after = apply_block(ctx, state, block, blobs=blobs, reexecutor=reexecutor, digests=digests)
+            after = apply_block(ctx, state, block, blobs=blobs, reexecutor=collecting, digests=digests)
             if len(row) >= 3 and row[2] != after.head_hash:  # type: ignore[misc]
                 raise ChainError(f"height {h}: the store's hash index differs from the block's hash")
             if len(row) >= 4 and row[3] != block.header.prev_hash:  # type: ignore[misc]
                 raise ChainError(f"height {h}: the store's prev_hash index differs from the block's prev_hash")
+            if collecting is not None and len(collecting.found) > found and found_before is None:
+                found_before = state
             state = after  # the valid prefix grows only once the row is entirely good
         except LedgerError as e:
             msg = str(e)
@@ -126,6 +160,9 @@ def audit_chain(
             # refusal of its inputs) is still the first bad block, named with what went wrong
             bad = (h, f"height {h}: cannot be checked ({type(e).__name__}: {str(e)[:200]})")
             break
+        finally:
+            if bad is not None and collecting is not None:
+                del collecting.found[found:]  # a block that fails is reported as such, not by its findings
         sigs += _signature_count(block)
         if blobs is not None:
             blobs_n += len(block.payload.updates) + 1 + (block.payload.state_digest is not None)
@@ -133,22 +170,35 @@ def audit_chain(
             on_block(h)
     if bad is None and expect_height is not None and state.height < expect_height:
         bad = (state.height + 1, f"height {state.height + 1}: missing (expected {expect_height} blocks)")
+    findings = tuple(collecting.found) if collecting is not None else ()
     first_bad, reason = None, None
     if bad is not None:
         first_bad, reason = bad
         prefix = f"height {first_bad}: "
         reason = reason[len(prefix) :] if reason.startswith(prefix) else reason
+    prefix_state = state
+    if findings and (first_bad is None or findings[0].height < first_bad):
+        assert found_before is not None
+        rest = (
+            f"every other check passed through height {state.height}" if bad is None
+            else f"the chain itself fails at height {first_bad}: {reason}"
+        )
+        more = f"{len(findings)} signed inputs fail their recheck in all; " if len(findings) > 1 else ""
+        first_bad, reason = findings[0].height, f"{findings[0].reason} ({more}{rest})"
+        prefix_state = found_before
     return AuditReport(
-        ok=bad is None,
+        ok=bad is None and not findings,
         chain_id=genesis.chain_id,
         genesis_hash=ctx.genesis_hash,
-        height=state.height,
-        head_hash=state.head_hash,
+        height=prefix_state.height,
+        head_hash=prefix_state.head_hash,
         signatures_checked=sigs,
         blobs_checked=blobs_n,
         reexecuted=reexecutor is not None,
         first_bad_height=first_bad,
         reason=reason,
+        findings=findings,
+        chain_valid=bad is None,
     )
 
 

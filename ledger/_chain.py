@@ -205,14 +205,29 @@ class ChainState:
     state_digest: bytes | None
 
 
+@dataclass(frozen=True, slots=True)
+class AuditFinding:
+    """A signed input of a block that its stored blobs contradict, found by re-execution: a committee member's score
+    row whose distances the updates do not give, or that names a blob nobody kept. The block itself follows the
+    chain's rules (its decision re-executes from the rows as signed: the validators could not check the row), so
+    the audit goes on past it; ``offender`` is the member who signed the input, ``reason`` says what is wrong."""
+
+    height: int
+    offender: str
+    reason: str
+
+
 class Reexecutor(Protocol):
     """Plug-in that re-executes a round from the stored blobs (scoring, selection, election, aggregation).
 
     It raises :class:`ReexecutionError` naming what differs. The ledger calls it after every structural
-    check of the block passed, so it can trust signatures and links.
+    check of the block passed, so it can trust signatures and links. It may return :class:`AuditFinding` items:
+    signed inputs the blobs contradict in a block that is otherwise right (``audit_chain`` reports the first).
     """
 
-    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None: ...
+    def reexecute(
+        self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource
+    ) -> Sequence[AuditFinding] | None: ...
 
 
 _COMMITTEES_KEPT = 16
@@ -346,7 +361,8 @@ def apply_block(
     Checks, in order: chain id, height, hash link, time monotonic, proposer = primary of (height, view),
     payload hash, Merkle root, certificate against ``state.committee`` with the genesis quorum rule,
     update commitments (members, round, signatures), next committee (members), evidence, blobs
-    (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given).
+    (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given; what it returns, the
+    :class:`AuditFinding` items, is for a caller that wraps it, as :func:`ledger.audit_chain` does).
     Raises a :class:`LedgerError` subclass naming the height and reason. ``digests`` (from
     :func:`decode_block`) saves recomputing the hashes of a block just decoded. ``epoch`` > 1: a block of a later
     height in the same committee epoch as ``state.height + 1`` is taken without the blocks between, as

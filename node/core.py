@@ -68,6 +68,7 @@ from consensus import (
     decide_round,
     parse_proposal,
     parse_score_row,
+    score_row_blobs,
     sign_score_row,
     update_equivocation_evidence,
     verify_score_row,
@@ -259,10 +260,15 @@ class NodeStatus:
 
 
 def _referenced(payload: Payload) -> list[bytes]:
-    """The blobs a block references: its updates, the new model, the strategy state."""
+    """The blobs a block references: its updates, the new model, the strategy state, and (committee mode) every
+    blob its score rows name - each member's reference and every update it scored, accepted or not - so that the
+    audit can recompute every row (``consensus.score_row_blobs``)."""
     out = [u.digest for u in payload.updates] + [payload.model_digest]
     if payload.state_digest is not None:
         out.append(payload.state_digest)
+    if payload.attestations:
+        have = set(out)
+        out += [d for _, _, d in score_row_blobs(payload.attestations) if d not in have]
     return out
 
 
@@ -1155,14 +1161,15 @@ class NodeCore:
             if self._algo_state_missing:
                 assert sd is not None
                 self._want.setdefault(sd, self._now)
+        for d in old_round.announced:  # the blobs of announced updates the round no longer needs (an archive's below)
+            self._want.pop(d, None)
         if self._archive:  # this node's ledger re-executes: it needs the blobs of the rounds it did not validate
             for d in _referenced(block.payload):
                 if d == digest and model is not None:
                     continue  # the model is in hand: the host stores it from the Decided effect
                 if not self._blobs.has(d):
                     self._want.setdefault(d, self._now)
-        for d in old_round.announced:  # the blobs of announced updates the round no longer needs
-            self._want.pop(d, None)
+            self._ask_row_members(block.payload)
         self._round = _Round(plan, self._now)
         h = plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
@@ -1576,6 +1583,18 @@ class NodeCore:
         peers = [target] if target else [p for p in self._round.plan.committee if p != self._me][:1]
         for p in peers:
             self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))  # type: ignore[attr-defined]
+
+    def _ask_row_members(self, payload: Payload) -> None:
+        """An archive asks each score row's member at once for the blobs of its row it still wants: its reference
+        (which only that member holds) and the updates it scored (the retry timer asks others in turn later)."""
+        asks: dict[str, list[bytes]] = {}
+        for member, _, d in score_row_blobs(payload.attestations):
+            if member != self._me and d in self._want:
+                asks.setdefault(member, []).append(d)
+        for member, ds in sorted(asks.items()):
+            for i in range(0, len(ds), BLOBS_PER_MESSAGE_MAX):
+                want = tuple(ds[i : i + BLOBS_PER_MESSAGE_MAX])
+                self._out.append(Transmit(to=member, data=Envelope(want=want).encode(), kind="want"))  # type: ignore[attr-defined]
 
     def _ask_wanted(self) -> None:
         """Retry missing blobs, asking peers in turn: first those likely to hold them (the signers of the last

@@ -9,15 +9,27 @@ reported with the reason (``ReexecutionError``).
 Blocks are re-executed on this machine: the aggregate's digest is compared bit for bit, which holds on
 the same platform (DESIGN.md, STYLE.md §9); auditing a ledger produced on another CPU architecture may
 report a digest mismatch although every decision is right (a documented limitation).
+
+Committee mode: the decision is re-executed from the signed score rows, which the validators could not check
+(a member's distances are measured from its own update, which only it held). The audit also rechecks every row
+against the stored blobs (:func:`recheck_score_rows`): each row's distances are recomputed from the member's
+reference and the updates it scored, all of which a committed block's store keeps. A row that lies, or that
+names a blob the store lacks, is a ``ledger.AuditFinding`` against its member: the audit fails, naming it, and
+goes on checking the chain.
 """
 
 from __future__ import annotations
 
-from ledger import BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
-from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector
+from collections.abc import Sequence
+
+import numpy as np
+
+from consensus import KIND_SCORES, RemoteProtocolError, parse_score_row
+from ledger import AuditFinding, BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
+from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector, distance_row, distance_rtol
 from node._rounds import RoundRules
 
-__all__ = ["RoundReexecutor", "reexecutor_for"]
+__all__ = ["RoundReexecutor", "recheck_score_rows", "reexecutor_for"]
 
 
 class RoundReexecutor:
@@ -28,7 +40,7 @@ class RoundReexecutor:
         self.history = self.rules.new_history()
         """Recent rounds for semi-synchronous strategies: blocks must come in height order from 1."""
 
-    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> None:
+    def reexecute(self, ctx: ChainContext, before: ChainState, block: Block, blobs: BlobSource) -> list[AuditFinding]:
         h = block.height
         try:
             model = blob_to_vector(blobs.get(before.model_digest), what=f"model before height {h}")
@@ -42,6 +54,74 @@ class RoundReexecutor:
         if reason is not None:
             raise ReexecutionError(f"height {h}: re-execution disagrees: {reason}")
         self.history.record(plan, model, block.payload)
+        return recheck_score_rows(block, blobs, dim=model.shape[0]) if self.rules.committee_mode else []
+
+
+def recheck_score_rows(block: Block, blobs: BlobSource, *, dim: int) -> list[AuditFinding]:
+    """Recompute every score row of a committee-mode ``block`` from the stored blobs: one finding per row that
+    lies (a distance farther from the recomputed one than ``learning.distance_rtol(dim)``, relative) or cannot be
+    rechecked (its reference or an update it scored is missing or invalid in the store), naming the row's member.
+
+    Each row is recomputed as its member computed it (``learning.distance_row`` over the updates it scored, in
+    sorted order): on the CPU that signed the row the bits are equal; the tolerance covers another CPU's order of
+    summation. ``dim`` is the model's size. The rows are those of a block that re-executed (they parse)."""
+    h = block.height
+    vectors: dict[bytes, np.ndarray | str] = {}
+
+    def vector(digest: bytes, what: str) -> np.ndarray | str:
+        got = vectors.get(digest)
+        if got is None:
+            try:
+                got = blob_to_vector(blobs.get(digest), dim=dim, what=what)
+            except (LedgerError, InvalidUpdateError) as e:
+                got = str(e)
+            vectors[digest] = got
+        return got
+
+    out: list[AuditFinding] = []
+    rtol = distance_rtol(dim)
+    for a in sorted((a for a in block.payload.attestations if a.kind == KIND_SCORES), key=lambda a: a.signer):
+        try:
+            row = parse_score_row(a)
+        except RemoteProtocolError as e:  # not in a block that re-executed; named all the same
+            out.append(AuditFinding(h, a.signer, f"the score row of {a.signer} does not parse: {e}"))
+            continue
+        who = f"the score row of {row.member}"
+        ref = vector(row.reference, f"reference of {row.member}")
+        if isinstance(ref, str):
+            out.append(AuditFinding(h, row.member, f"{who} cannot be rechecked: its reference (the member's own update) "
+                                                   f"{row.reference.hex()[:16]}…: {ref}"))
+            continue
+        clients = sorted(row.distances)
+        if not clients:
+            continue
+        stack: list[np.ndarray] = []
+        for k in clients:
+            v = vector(row.updates[k].digest, f"update of {k}")
+            if isinstance(v, str):
+                out.append(AuditFinding(h, row.member, f"{who} cannot be rechecked: the update of {k} it scored "
+                                                       f"{row.updates[k].digest.hex()[:16]}…: {v}"))
+                break
+            stack.append(v)
+        else:
+            lies = _lying(clients, [row.distances[k] for k in clients], distance_row(ref, np.stack(stack)), rtol)
+            if lies:
+                k, signed, got = lies[0]
+                out.append(AuditFinding(
+                    h, row.member,
+                    f"{who} lies: {len(lies)} of its {len(clients)} distances differ from the stored updates' "
+                    f"(to {k}: signed {signed!r}, recomputed {got!r})",
+                ))
+    return out
+
+
+def _lying(
+    clients: Sequence[str], signed: Sequence[float], got: np.ndarray, rtol: float
+) -> list[tuple[str, float, float]]:
+    return [
+        (k, s, float(g)) for k, s, g in zip(clients, signed, got.tolist())
+        if abs(s - g) > rtol * max(s, g)
+    ]
 
 
 def reexecutor_for(genesis: Genesis, *, public: PublicEval | None = None) -> RoundReexecutor | None:

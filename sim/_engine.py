@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from consensus import LocalProtocolError, ReplicaConfig
+from consensus import LocalProtocolError, ReplicaConfig, score_row_blobs
 from ledger import (
+    Block,
     ChainContext,
     Genesis,
     Payload,
@@ -247,6 +248,10 @@ class _Members(Mapping[str, NodeCore]):
     def made(self) -> list[NodeCore]:
         """The nodes made so far (a deferred member not woken yet has none: it did nothing)."""
         return list(self._made.values())
+
+    def made_node(self, pid: str) -> NodeCore | None:
+        """``pid``'s node if it was made (never makes one)."""
+        return self._made.get(pid)
 
 
 class _Sleepers:
@@ -508,7 +513,7 @@ class Simulation:
             self.fuzzer = ByzantineFuzzer(
                 peers=frozenset(self.peers_by_index(i) for i in fuzz.members), keys=self.keys, genesis=self.genesis,
                 seed=fuzz.seed, rate=fuzz.rate, dim=self.theta0.shape[0], only=fuzz.only,
-                also_byzantine=self._scenario_faulty,
+                also_byzantine=self.scenario_faulty,
             )
         self._coordinators = {1: self._coordinator_now()}  # height -> its view-0 primary (the 'coordinator' target)
 
@@ -558,7 +563,7 @@ class Simulation:
         """The view-0 primary of the height being decided (the 'coordinator' fault target)."""
         return primary(self._committee, self._genesis_hash, self._written + 1, 0)
 
-    def _scenario_faulty(self, peer: str, height: int) -> bool:
+    def scenario_faulty(self, peer: str, height: int) -> bool:
         """Does a fault of the scenario's adversary section control ``peer`` at ``height`` (any kind)?"""
         for target, f in self._faults:
             if height >= f.from_round and (target == peer or (target is None and self._coordinators.get(height) == peer)):
@@ -918,6 +923,26 @@ class Simulation:
         need = [u.digest for u in p.updates] + [p.model_digest] + ([p.state_digest] if p.state_digest else [])
         return fx.model is not None and all(d in fx.blobs for d in need)
 
+    def _with_scored_blobs(self, block: Block, held: Mapping[bytes, bytes]) -> Mapping[bytes, bytes]:
+        """``held`` plus every blob the block's score rows name that the reporting node lacks (each member's reference,
+        the updates a member scored that this node never received), taken from the stores of the members that hold
+        them - the row's member, else the client - as a network node's archive fetches them from those peers
+        (``NodeCore(archive=True)``). A blob no member holds (a Byzantine member signed a digest it never had) stays
+        out: the audit then names that member's row."""
+        rows = score_row_blobs(block.payload.attestations) if block.payload.attestations else ()
+        missing = [(m, w, d) for m, w, d in rows if d not in held]
+        if not missing:
+            return held
+        out = dict(held)
+        for member, whose, d in missing:
+            for holder in (member, whose):
+                node = self.nodes.made_node(holder)
+                data = None if node is None else node.servable(d)
+                if data is not None:
+                    out[d] = data
+                    break
+        return out
+
     def _write(self, fx: Decided) -> None:
         block = fx.block
         h = block.height
@@ -926,8 +951,9 @@ class Simulation:
             for ev in block.payload.evidence:
                 self.fuzzer.on_evidence(block.header.proposer, ev, where=f"block {h}")
         if self._writer is not None:
-            order = sorted(fx.blobs)
-            self._writer.submit(block, [fx.blobs[d] for d in order], order)
+            blobs = self._with_scored_blobs(block, fx.blobs)
+            order = sorted(blobs)
+            self._writer.submit(block, [blobs[d] for d in order], order)
         self._written = h
         self.head_hash = block.hash()
         self._committee = block.payload.next_committee

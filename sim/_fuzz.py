@@ -170,11 +170,15 @@ class ByzantineFuzzer:
             if sm.signer not in self.peers:
                 self._honest_signed.setdefault(sm.signer, deque(maxlen=16)).append(sm)
 
+    def byzantine(self, peer: str, height: int) -> bool:
+        """Is ``peer`` Byzantine at ``height``: one of the fuzzed peers, or one the scenario's own faults control?"""
+        return peer in self.peers or bool(self._also_byzantine and self._also_byzantine(peer, height))
+
     def on_evidence(self, reporter: str, ev: Evidence, *, where: str) -> None:
         """Evidence a node reported or a block carried: it must name a Byzantine peer."""
         self.evidence_checked += 1
         self.accused[(ev.kind, ev.offender)] = self.accused.get((ev.kind, ev.offender), 0) + 1
-        if ev.offender not in self.peers and not (self._also_byzantine and self._also_byzantine(ev.offender, ev.height)):
+        if not self.byzantine(ev.offender, ev.height):
             raise FuzzViolation(
                 f"{where}: evidence ({ev.kind}, height {ev.height}) names the honest peer {ev.offender} "
                 f"(reported by {reporter}): {ev.reason}"

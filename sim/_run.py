@@ -30,13 +30,13 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from ledger import LedgerError, audit_chain
+from ledger import AuditReport, LedgerError, audit_chain
 from ledger.store import open_ledger
 from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
@@ -185,10 +185,17 @@ def write_results(
     *,
     shown_as: Path | None = None,
     plots: bool = True,
+    findings: Sequence[Mapping[str, Any]] = (),
+    chain_valid: bool | None = None,
 ) -> dict[str, Any]:
     """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary.
     ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``;
-    ``plots=False`` leaves out ``accuracy.png`` and ``acceptance.png`` (a sweep of many runs plots its own)."""
+    ``plots=False`` leaves out ``accuracy.png`` and ``acceptance.png`` (a sweep of many runs plots its own).
+    ``findings``: the audit's findings (``ledger.AuditFinding``: lying score rows), each with its member (``nI``)
+    and whether a fault of the scenario controls that member (``scenario_fault``); ``chain_valid``: every other
+    check of the audit passed (default: ``verified``). The summary's ``ledger_valid_but_for_faulty_members`` is
+    true when the ledger verifies, or fails only by score rows of members the scenario itself makes lie (its
+    ``corrupt`` faults): what such a scenario should give."""
     columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -219,6 +226,10 @@ def write_results(
         "wall_seconds": round(res.wall_seconds, 3),
         "ledger_verified": verified,
         "ledger_verdict": verdict,
+        "ledger_findings": [dict(f) for f in findings],
+        "ledger_valid_but_for_faulty_members": verified or (
+            bool(chain_valid) and bool(findings) and all(f["scenario_fault"] for f in findings)
+        ),
         "reproducible": scenario.training.reproducible,
         "reproduce": f"concilium sim run {(shown_as or out) / 'scenario.toml'}"
         + (" --reproducible" if scenario.training.reproducible else ""),
@@ -269,6 +280,12 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
 
 def verify_ledger(path: Path, *, public: PublicEval | None = None) -> tuple[bool, str]:
     """Full audit of a results ledger, re-executing every round (a chain that cannot be re-executed fails)."""
+    report, line = _audit(path, public=public)
+    return report is not None and report.ok, line
+
+
+def _audit(path: Path, *, public: PublicEval | None) -> tuple[AuditReport | None, str]:
+    """:func:`verify_ledger`'s report (None: the rounds cannot be re-executed here) and verdict line."""
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
         g = store.genesis()
@@ -276,9 +293,9 @@ def verify_ledger(path: Path, *, public: PublicEval | None = None) -> tuple[bool
         if rx is None and public is None:
             rx = reexecutor_for(g, public=public_eval_for_ledger(Path(path)))
         if rx is None:
-            return False, f"FAIL: the rounds of algorithm {g.protocol.algorithm!r} cannot be re-executed here"
+            return None, f"FAIL: the rounds of algorithm {g.protocol.algorithm!r} cannot be re-executed here"
         report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx)
-    return report.ok, report.line()
+    return report, report.line()
 
 
 def run_scenario(
@@ -347,8 +364,16 @@ def run_scenario(
                 bar.close()
         plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
         try:
-            verified, verdict = verify_ledger(build / "ledger", public=sim.public_eval)
-            summary = write_results(build, scenario, res, verdict, verified, shown_as=Path(os.fspath(out)), plots=False)
+            report, verdict = _audit(build / "ledger", public=sim.public_eval)
+            findings = [] if report is None else [
+                {"height": f.height, "member": f"n{sim.index[f.offender]}" if f.offender in sim.index else f.offender,
+                 "scenario_fault": sim.scenario_faulty(f.offender, f.height), "reason": f.reason}
+                for f in report.findings
+            ]
+            summary = write_results(
+                build, scenario, res, verdict, report is not None and report.ok, shown_as=Path(os.fspath(out)), plots=False,
+                findings=findings, chain_valid=report is not None and report.chain_valid,
+            )
             if on_summary is not None:
                 on_summary(summary)
             if plotter is not None:

@@ -117,11 +117,24 @@ def _run_one(run: Run, out: Path) -> RunResult:
         label=run.label,
         rows=rows,
         records=records,
-        verified=bool(summary.get("ledger_verified", False)),
-        verify_line=str(summary.get("ledger_verdict", "")),
+        # a run whose scenario makes committee members lie (seed003's S2) verifies when the audit names their score
+        # rows and nothing else (issue 31 item 8: the audit recomputes every row from the stored updates)
+        verified=bool(summary.get("ledger_valid_but_for_faulty_members", summary.get("ledger_verified", False))),
+        verify_line=str(summary.get("ledger_verdict", "")) + (
+            f" (as expected: {len(summary['ledger_findings'])} score rows of the scenario's lying members named)"
+            if summary.get("ledger_findings") and not summary.get("ledger_verified") else ""
+        ),
         wall_s=float(summary.get("wall_seconds", math.nan)),
         out=folder,
     )
+
+
+def _verified_cell(r: RunResult) -> str:
+    """The runs table's "ledger verified" cell: yes (with the lying rows the audit named, if any), or NO and why."""
+    if not r.verified:
+        return f"NO: {r.verify_line}"
+    _, expected, rest = r.verify_line.partition(" (as expected: ")
+    return f"yes ({rest}" if expected else "yes"
 
 
 def _plain(v: Any) -> Any:
@@ -279,7 +292,7 @@ def write_report(out: Path, report: Report) -> Path:
     if report.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
     lines += ["## Runs", "", markdown_table(["run", "rounds", "final accuracy", "ledger verified", "wall s", "results"],
-              [(r.label, len(r.rows), _final(r), "yes" if r.verified else f"NO: {r.verify_line}", f"{r.wall_s:.1f}",
+              [(r.label, len(r.rows), _final(r), _verified_cell(r), f"{r.wall_s:.1f}",
                 os.path.relpath(r.out, out)) for r in report.runs.values()]), ""]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines))

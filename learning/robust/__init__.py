@@ -25,7 +25,7 @@ from learning.robust._preaggregators import (
 )
 from learning.robust._cmfl import (
     DISTANCE_FLOOR, cmfl_scores, cmfl_scores_centroid, cmfl_scores_median, distance_matrix, distance_row,
-    member_scores,
+    distance_rtol, member_scores,
 )
 
 __all__ = [
@@ -33,7 +33,8 @@ __all__ = [
     "DISTANCE_FLOOR", "FLOAT64_ABS_MAX", "FLOAT_DTYPES", "GeometricMedian", "Krum", "MDA", "MeaMed", "Mean",
     "MultiKrum", "NNM", "PRE_AGGREGATORS", "PreAggregator", "StaticClipping", "TrimmedMean", "check_rng",
     "cmfl_scores", "cmfl_scores_centroid", "cmfl_scores_median", "distance_matrix", "distance_row",
-    "format_aggregator", "gram_matrix", "kernel_threads", "member_scores", "nonfinite_rows", "pairwise_sq_distances",
+    "distance_rtol", "format_aggregator", "gram_matrix", "kernel_threads", "member_scores", "nonfinite_rows",
+    "pairwise_sq_distances",
     "parse_aggregator", "register_aggregator", "register_preaggregator", "row_sq_norms", "set_kernel_threads",
     "validate_update", "validate_updates", "validate_weights",
 ]

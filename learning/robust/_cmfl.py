@@ -22,7 +22,9 @@ reference implementation of that combination (for the simulator, tests and audit
 the rows of a whole committee for simulation, and :func:`cmfl_scores_centroid` is the fast exact identity of §2.2
 (not bit-identical to eq. 8; use it for simulation, never for digests).
 
-All arithmetic is float64 in numpy's own loops (fixed order, no BLAS): a distance row is bit-reproducible.
+All arithmetic is float64 in numpy's own loops (fixed order, no BLAS): a distance row is bit-reproducible for the
+same stack of updates on the same numpy build and CPU; :func:`distance_rtol` bounds what another order of summation
+can change (the audit's recheck of a signed row, ``node.reexec``).
 Non-finite updates are rejected with :class:`~learning._errors.InvalidUpdateError` before any distance is computed
 (seed_003 §7.8 item 10).
 """
@@ -44,6 +46,7 @@ __all__ = [
     "cmfl_scores_median",
     "distance_matrix",
     "distance_row",
+    "distance_rtol",
     "member_scores",
 ]
 
@@ -79,6 +82,30 @@ def distance_row(reference: np.ndarray, updates: np.ndarray, /) -> np.ndarray:
         diff = u[:, j0 : j0 + _BLOCK].astype(np.float64) - r[j0 : j0 + _BLOCK].astype(np.float64)
         out += np.einsum("kj,kj->k", diff, diff)
     return out
+
+
+def distance_rtol(dim: int, /) -> float:
+    """How far apart two honest computations of one eq. (7) distance over ``dim`` coordinates can be, relative to the
+    larger: ``(dim + 1) · 2⁻⁵²``.
+
+    Every term ``(Δ_kj − r_j)²`` is computed from float32 inputs in float64 with correctly rounded operations, so it
+    has the same bits on every CPU; only the order in which :func:`distance_row` sums the ``dim`` non-negative terms
+    may differ between numpy builds and CPUs (their SIMD widths), and, past one column block (32,768 coordinates),
+    with the other updates stacked beside it (numpy's einsum buffers the reduction by the stack's shape: the
+    measured differences are about 1e-14 relative). Any order's sum is within ``(dim − 1) · 2⁻⁵³`` of
+    the exact one, relative, so two orders are within twice that. The audit (``node.reexec``) accepts a signed
+    distance within this of its own recomputation: on the CPU that computed it, the bits are equal; a lie smaller
+    than this (about 1e-12 relative for 5,000 coordinates) cannot change a ranking except between clients tied to
+    that precision.
+
+    Examples
+    --------
+    >>> distance_rtol(4810) < 1.1e-12
+    True
+    """
+    if dim < 1:
+        raise ConfigError(f"dim must be >= 1, got {dim}")
+    return (dim + 1) * 2.0**-52
 
 
 def distance_matrix(references: np.ndarray, updates: np.ndarray, /) -> np.ndarray:

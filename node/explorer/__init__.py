@@ -16,6 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from node.explorer._data import (
+    MOSTLY_REJECTED_MIN_ROUNDS,
+    MOSTLY_REJECTED_SHARE,
+    OUTLIER_DISTANCE_FACTOR,
     AuditOutcome,
     CannotReexecute,
     audit_ledger,
@@ -26,14 +29,19 @@ from node.explorer._data import (
     export_document,
     genesis_document,
     member_page,
+    mostly_rejected,
     overview,
     proof_document,
     read_accuracy,
+    rejection_counts,
     results_dir_for,
 )
 from node.explorer._serve import bind, host_names, parse_listen, serve_asyncio, url_of
 
 __all__ = [
+    "MOSTLY_REJECTED_MIN_ROUNDS",
+    "MOSTLY_REJECTED_SHARE",
+    "OUTLIER_DISTANCE_FACTOR",
     "AuditOutcome",
     "CannotReexecute",
     "audit_ledger",
@@ -47,10 +55,12 @@ __all__ = [
     "genesis_document",
     "host_names",
     "member_page",
+    "mostly_rejected",
     "overview",
     "parse_listen",
     "proof_document",
     "read_accuracy",
+    "rejection_counts",
     "require_web",
     "results_dir_for",
     "serve_asyncio",

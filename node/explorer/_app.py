@@ -31,6 +31,8 @@ from starlette.templating import Jinja2Templates
 from ledger import LedgerError, make_proof, verify_proof
 from ledger.store import CorruptStoreError, SqliteBlockStore, StoreError, open_ledger
 from node.explorer._data import (
+    MOSTLY_REJECTED_MIN_ROUNDS,
+    MOSTLY_REJECTED_SHARE,
     AuditOutcome,
     audit_ledger,
     block_page,
@@ -253,7 +255,8 @@ def create_app(
     def overview_page(request: Request, store: SqliteBlockStore) -> Response:
         ov = overview(store, results_dir())
         recent = block_rows(store, before=None, limit=10)
-        return page(request, "overview.html", ov=ov, recent=recent, names=_names(ov), trusted=trusted_genesis is not None)
+        return page(request, "overview.html", ov=ov, recent=recent, names=_names(ov), trusted=trusted_genesis is not None,
+                    rejected_share=MOSTLY_REJECTED_SHARE, rejected_min=MOSTLY_REJECTED_MIN_ROUNDS)
 
     def blocks_page(request: Request, store: SqliteBlockStore) -> Response:
         before, limit = _page_args(request)

@@ -17,6 +17,7 @@ import csv
 import io
 import math
 import os
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +51,11 @@ __all__ = [
     "export_document",
     "genesis_document",
     "member_page",
+    "mostly_rejected",
     "overview",
     "proof_document",
     "read_accuracy",
+    "rejection_counts",
     "results_dir_for",
 ]
 
@@ -63,6 +66,32 @@ METRICS_BYTES_MAX = 16 << 20
 """A results folder's metrics.csv is one short row per round; a larger file is not read."""
 MEMBER_WINDOW = 1000
 """Blocks scanned per page of a member's history (one member page never decodes the whole chain)."""
+OUTLIER_DISTANCE_FACTOR = 10.0
+"""A score-row distance is marked an outlier when it is more than this many times the median of every distance in
+its block's rows (the round's median). A client is marked when the median of its own distances over the rows is, so
+that one member's lying row does not mark every client it scored (that row's cells are marked).
+``benchmarks/scored_blobs.py``: in the quickstart's 30 rounds (digits, iid) honest clients' distances are at most 2.18
+times their round's median, the two model-negating clients' at least 1,830 times; in seed003_cmfl's (label skew,
+Dirichlet 0.1) honest clients reach 9.70 times in 20 rounds and 8.12 in 100: very heterogeneous data brings honest
+clients near the mark. A mark is a place to look, not a verdict."""
+MOSTLY_REJECTED_SHARE = 0.5
+"""A member is marked *mostly rejected* when it was rejected (scored and not selected; coordinator mode: sampled
+and not included) in more than this share of the rounds it trained, ..."""
+MOSTLY_REJECTED_MIN_ROUNDS = 3
+"""... and it trained in at least this many rounds of the heights looked at (one rejection in one round is no
+pattern). How many honest members that marks depends on the share every round rejects (shown beside the marks):
+``benchmarks/scored_blobs.py`` on the quickstart (8 of 12 accepted: a third rejected), 30 rounds, marks both
+Byzantine clients (24 of 24 rounds rejected) and two honest ones (13 of 20, 12 of 18); on seed003_cmfl (7 of 18
+accepted) most members that trained three times or more."""
+OVERVIEW_WINDOW = 200
+"""Blocks the overview's members table looks at for its *mostly rejected* marks (the most recent ones; a member's
+own page looks at :data:`MEMBER_WINDOW`)."""
+
+
+def mostly_rejected(trained: int, rejected: int) -> bool:
+    """Was a member rejected in most of the rounds it trained (:data:`MOSTLY_REJECTED_SHARE`,
+    :data:`MOSTLY_REJECTED_MIN_ROUNDS`)?"""
+    return trained >= MOSTLY_REJECTED_MIN_ROUNDS and rejected > MOSTLY_REJECTED_SHARE * trained
 
 
 # --- the command line's documents ------------------------------------------------------------
@@ -291,7 +320,32 @@ def overview(store: SqliteBlockStore, results: Path | None) -> dict[str, Any]:
             for m in g.members
         ],
         "accuracy": read_accuracy(results),
+        "rejections": rejection_counts(store, window=OVERVIEW_WINDOW),
     }
+
+
+def rejection_counts(store: SqliteBlockStore, *, window: int) -> dict[str, Any]:
+    """Rounds trained and rejected per member over the last ``window`` blocks (heights ``from`` .. ``to``), and which
+    members were :func:`mostly_rejected` there: ``{"from", "to", "members": {peer: {"trained", "rejected",
+    "mostly_rejected"}}, "all": {"trained", "rejected"}}`` (members that trained only; ``all``: the sums, the share
+    every round rejects)."""
+    top = store.height()
+    lo = max(1, top - window + 1)
+    mode = store.genesis().protocol.mode
+    trained: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    for h in range(lo, top + 1):
+        sel = _selection(store.get_checked(h), mode)
+        for p in sel["trainers"]:
+            trained[p] = trained.get(p, 0) + 1
+        for p in sel["rejected"]:
+            rejected[p] = rejected.get(p, 0) + 1
+    members = {
+        p: {"trained": t, "rejected": rejected.get(p, 0), "mostly_rejected": mostly_rejected(t, rejected.get(p, 0))}
+        for p, t in sorted(trained.items())
+    }
+    every = {"trained": sum(trained.values()), "rejected": sum(rejected.values())}
+    return {"from": lo if top >= 1 else 0, "to": top, "members": members, "all": every}
 
 
 def _committee_before(store: SqliteBlockStore, height: int) -> tuple[str, ...]:
@@ -380,7 +434,26 @@ def _score_rows(block: Block, committee: Sequence[str], g: Genesis, trainers: Se
         errors.append(f"scores cannot be derived from the rows: {e}")
     scored = {k for r in rows for k in r["distances"]}
     clients = [k for k in ranked if k in scored] + sorted(scored - set(ranked))  # best first, then the unranked
-    return {"rows": rows, "clients": clients, "scores": scores, "ranked": ranked, "errors": errors}
+    return {"rows": rows, "clients": clients, "scores": scores, "ranked": ranked, "errors": errors,
+            **_distance_outliers(rows)}
+
+
+def _distance_outliers(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The round's median distance (over every row and client), the cells above :data:`OUTLIER_DISTANCE_FACTOR`
+    times it (``{member: [client, ...]}``) and the clients whose own median distance is."""
+    every = [d for r in rows for d in r["distances"].values()]
+    if not every:
+        return {"median": None, "outlier_factor": OUTLIER_DISTANCE_FACTOR, "outlier_cells": {}, "outliers": []}
+    median = statistics.median(every)
+    limit = OUTLIER_DISTANCE_FACTOR * median
+    cells = {r["member"]: sorted(k for k, d in r["distances"].items() if d > limit) for r in rows}
+    by_client: dict[str, list[float]] = {}
+    for r in rows:
+        for k, d in r["distances"].items():
+            by_client.setdefault(k, []).append(d)
+    outliers = sorted(k for k, ds in by_client.items() if statistics.median(ds) > limit)
+    return {"median": median, "outlier_factor": OUTLIER_DISTANCE_FACTOR,
+            "outlier_cells": {m: ks for m, ks in cells.items() if ks}, "outliers": outliers}
 
 
 def block_page(store: SqliteBlockStore, height: int) -> dict[str, Any]:
@@ -486,6 +559,7 @@ def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, wi
     return {
         "peer_id": peer,
         "name": member.name,
+        "mostly_rejected": mostly_rejected(counts["trained"], counts["rejected"]),
         "addrs": list(member.addrs),
         "height": store.height(),
         "from": lo if top >= 1 else 0,

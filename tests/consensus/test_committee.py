@@ -32,6 +32,7 @@ from consensus import (
     sample_committee,
     sample_training_clients,
     select_clients,
+    score_row_blobs,
     sign_score_row,
     check_evidence_claim,
     update_equivocation_evidence,
@@ -304,6 +305,22 @@ def test_cmfl_payload_reexecutes():
     assert "next committee" in r.check(r.payload(tamper="committee"))
     too_few = dataclasses.replace(r.payload(), attestations=tuple(r.rows[:2]))
     assert "at least 3" in r.check(too_few)
+
+
+def test_score_row_blobs_name_every_reference_and_scored_update_once():
+    """What a committed block's store keeps so the audit can recompute every row (issue 31 item 8)."""
+    r = _Round(equivocate=True)
+    named = score_row_blobs(tuple(reversed(r.rows)) + (r.rows[0],))  # any order, a row twice
+    members = sorted(r.committee)
+    refs = [(m, w, d) for m, w, d in named if w == m]
+    assert [m for m, _, _ in refs] == members and len({d for _, _, d in refs}) == 4
+    ups = [(m, w, d) for m, w, d in named if w != m]
+    assert {d for _, _, d in ups} == {c.digest for c in r.commits.values()} | {sha256(b"other")}
+    assert len(named) == len({d for _, _, d in named}) == 4 + len(r.training) + 1  # each digest once
+    first = {parse_score_row(x).member: x for x in r.rows}
+    assert all(w in parse_score_row(first[m]).updates for m, w, _ in ups)  # named by a row that scored it
+    garbage = dataclasses.replace(r.rows[1], body={"distances": {}})  # a row that does not parse is skipped
+    assert {m for m, _, _ in score_row_blobs((garbage,))} == set()
 
 
 def test_decision_is_independent_of_row_arrival_order():

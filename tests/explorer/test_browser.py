@@ -97,6 +97,14 @@ def test_overview_block_member_and_audit(urls, browser, sim_results, run_cli_jso
     assert byz in rejected
     expect(page.locator(f'#rejected a[title="{byz}"]')).to_have_count(1)
     expect(page.locator(f'#scores tr[data-peer="{byz}"] td').last).to_have_text("rejected")
+    # the negated model is far from every member's reference: its distances are marked, and it is
+    expect(page.locator(f'#scores tr.outlier[data-peer="{byz}"] .outlier-mark')).to_have_text("outlier")
+    expect(page.locator(f'#scores tr[data-peer="{byz}"] td.outlier')).to_have_count(len(show["record"]["rows"]))
+    expect(page.locator(f'#outliers a[title="{byz}"]')).to_have_count(1)
+    expect(page.locator("#outlier-rule")).to_contain_text("more than 10× this round's median distance")
+    for p in rejected:
+        if p not in sim_results.byzantine:  # an honest rejected client is not an outlier
+            expect(page.locator(f'#scores tr[data-peer="{p}"] td.outlier')).to_have_count(0)
     expect(page.locator("#signers-count")).to_have_text(str(len(show["certified_by"])))
     expect(page.locator("#updates a.proof")).to_have_count(len(show["updates"]))
     if os.environ.get("UPDATE_SCREENSHOTS"):

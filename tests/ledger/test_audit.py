@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from ledger import (
+    AuditFinding,
     ChainError,
     InclusionProof,
     LedgerError,
@@ -89,3 +90,39 @@ def test_reexecution_plugs_into_the_audit():
     rep = audit_chain(g, rows, reexecutor=RejectHeight(bad_height=3))
     assert not rep.ok and rep.first_bad_height == 3 and rep.height == 2
     assert rep.reason == "aggregate digest differs from re-execution"
+
+
+class FindAt:
+    """A re-executor that finds something wrong with a signed input at some heights (``ledger.AuditFinding``)."""
+
+    def __init__(self, found: dict[int, list[str]]) -> None:
+        self.found = found
+
+    def reexecute(self, ctx, before, block, blobs):  # noqa: ANN001, ANN201
+        return [AuditFinding(block.height, who, f"the row of {who} lies") for who in self.found.get(block.height, [])]
+
+
+def test_findings_fail_the_audit_which_checks_the_chain_on_past_them():
+    g, blocks = _chain()
+    rows = [(b.height, b.encode()) for b in blocks]
+    rep = audit_chain(g, rows, reexecutor=FindAt({2: ["m1", "m2"], 4: ["m3"]}))
+    assert not rep.ok and rep.chain_valid and rep.first_bad_height == 2
+    assert [(f.height, f.offender) for f in rep.findings] == [(2, "m1"), (2, "m2"), (4, "m3")]
+    assert (rep.height, rep.head_hash) == (1, blocks[0].hash())  # the valid prefix ends before the first finding
+    assert rep.line() == ("FAIL at height 2: the row of m1 lies (3 signed inputs fail their recheck in all; every other "
+                          "check passed through height 4) (valid prefix: 1 blocks)")
+    one = audit_chain(g, rows, reexecutor=FindAt({4: ["m3"]}))
+    assert one.line() == "FAIL at height 4: the row of m3 lies (every other check passed through height 4) (valid prefix: 3 blocks)"
+    # an invalid block after a finding: the finding comes first, and the verdict says where the chain fails
+    bad = rows[:3] + [(4, rows[3][1][:-1] + bytes([rows[3][1][-1] ^ 1]))]
+    rep = audit_chain(g, bad, reexecutor=FindAt({2: ["m1"]}))
+    assert not rep.ok and not rep.chain_valid and rep.first_bad_height == 2 and rep.height == 1
+    assert rep.reason.startswith("the row of m1 lies (the chain itself fails at height 4: ")
+    # a block that fails is reported as such, not by what re-execution found in it (here: after re-execution, the
+    # store's hash index differs), and no later block is looked at
+    wrong_index = rows[:2] + [(3, rows[2][1], bytes(32)), rows[3]]
+    rep = audit_chain(g, wrong_index, reexecutor=FindAt({3: ["m2"], 4: ["m3"]}))
+    assert not rep.chain_valid and rep.first_bad_height == 3 and rep.findings == () and "lies" not in rep.reason
+    rep = audit_chain(g, bad, reexecutor=FindAt({4: ["m3"]}))
+    assert not rep.chain_valid and rep.first_bad_height == 4 and rep.findings == () and "lies" not in rep.reason
+    assert audit_chain(g, rows, reexecutor=FindAt({})).ok

@@ -24,5 +24,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_line(
             f"byzantine fuzz: {t['runs']} runs, {t['rounds']} rounds committed, {t['messages']} messages from "
             f"Byzantine peers, {t['tampered']} tampered with, {t['fabricated']} fabricated accusations, "
-            f"{t['evidence checked']} evidence items checked"
+            f"{t['evidence checked']} evidence items checked, {t['lying rows']} lying score rows named by the audit"
         )

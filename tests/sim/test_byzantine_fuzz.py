@@ -6,7 +6,10 @@ re-signed with its own key, others' signed messages changed (so they no longer v
 fabricated evidence against honest peers built from their genuine signatures. After every step the fuzzer
 checks that no evidence names an honest peer; an exception out of a node core ends the run with a
 traceback; at the end every round is committed by the honest nodes, none of them ever refused its own
-proposal, and the results ledger verifies with re-execution.
+proposal, and the results ledger verifies with re-execution - except that a Byzantine member's lying score
+row, which the validators cannot check live, is named by the audit's recheck of the rows against the stored
+updates (``node.reexec.recheck_score_rows``): the chain must pass every other check, and every such finding
+must name a Byzantine member, never an honest one.
 
 Replay a failure: the parameters are in the test id (scenario, committee size, Byzantine count, seed).
 """
@@ -18,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger import genesis_committee, primary
+from ledger import audit_chain, genesis_committee, primary
+from ledger.store import open_ledger
+from node.reexec import reexecutor_for
 from sim import Simulation, load_scenario, verify_ledger
 from sim._fuzz import MUTATIONS, FuzzSpec
 
@@ -52,15 +57,24 @@ def _fuzzed_run(sc, spec: FuzzSpec, ledger_dir: Path, totals: Counter):
     assert fuzzer is not None and fuzzer.steps > 0, "the Byzantine peers never sent anything"
     for pid, node in sim.nodes.items():
         assert "own proposal refused" not in node.status().dropped, f"n{sim.index[pid]} refused its own proposal"
-    ok, verdict = verify_ledger(ledger_dir, public=sim.public_eval)
-    assert ok, verdict
+    store, blobs = open_ledger(ledger_dir, readonly=True)
+    with store:
+        report = audit_chain(store.genesis(), store.iter_rows(), blobs=blobs,
+                             reexecutor=reexecutor_for(store.genesis(), public=sim.public_eval))
+    assert report.chain_valid, report.line()
+    framed = [f for f in report.findings if not fuzzer.byzantine(f.offender, f.height)]
+    assert not framed, framed  # the row recheck names Byzantine members only
+    assert report.ok == (not report.findings) and (report.ok or report.first_bad_height == report.findings[0].height)
+    if report.ok:
+        assert verify_ledger(ledger_dir, public=sim.public_eval) == (True, report.line())
     totals["runs"] += 1
+    totals["lying rows"] += len(report.findings)
     totals["rounds"] += len(res.rounds)
     totals["messages"] += fuzzer.steps
     totals["tampered"] += sum(v for k, v in fuzzer.counts.items() if k != "consistent" and not k.startswith("fabricate."))
     totals["fabricated"] += sum(v for k, v in fuzzer.counts.items() if k.startswith("fabricate."))
     totals["evidence checked"] += fuzzer.evidence_checked
-    return sim, res
+    return sim, res, report
 
 
 def _genesis_committee(sc) -> list[int]:
@@ -79,13 +93,29 @@ def test_a_member_that_misquotes_a_trainer_in_its_score_row_is_blamed_not_the_tr
     committee, probe = _genesis_committee(sc)
     first_primary = probe.index[primary(genesis_committee(probe.genesis), probe.genesis.hash(), 1, 0)]
     forger = next(i for i in committee if i != first_primary)  # its row reaches the honest primary
-    sim, res = _fuzzed_run(sc, FuzzSpec(members=(forger,), seed=0, rate=1.0, only=("scores.frame_client",)), tmp_path / "ledger", fuzz_totals)
+    sim, res, _ = _fuzzed_run(sc, FuzzSpec(members=(forger,), seed=0, rate=1.0, only=("scores.frame_client",)), tmp_path / "ledger", fuzz_totals)
     forger_id = probe.peers_by_index(forger)
     assert sim.fuzzer.counts.get("scores.frame_client", 0) >= 1
     assert sim.fuzzer.accused.get(("invalid_score_row", forger_id), 0) >= 1, sim.fuzzer.accused
     assert {offender for _, offender in sim.fuzzer.accused} == {forger_id}
     dropped = sum(n.status().dropped.get("ForgedScoreRow", 0) for n in sim.nodes.values())
     assert dropped >= 1, "no node saw the forged row"
+
+
+def test_a_member_whose_score_row_lies_is_named_by_the_audit_and_no_one_else(tmp_path, fuzz_totals):
+    """Quickstart, 3 rounds; a committee member (not the first primary) scales, zeroes or drops the distances of
+    every score row it sends, re-signed. The validators cannot check a row's distances (they lack the member's own
+    update), so lying rows are committed; the audit recomputes every row from the blobs the store keeps and names
+    that member, and only it, while every other check of the chain passes."""
+    sc = _scenario("quickstart", rounds=3)
+    committee, probe = _genesis_committee(sc)
+    first_primary = probe.index[primary(genesis_committee(probe.genesis), probe.genesis.hash(), 1, 0)]
+    liar = next(i for i in committee if i != first_primary)
+    spec = FuzzSpec(members=(liar,), seed=0, rate=1.0, only=("scores.distance",))
+    sim, _, report = _fuzzed_run(sc, spec, tmp_path / "ledger", fuzz_totals)
+    assert sim.fuzzer.counts.get("scores.distance", 0) >= 1
+    assert report.findings and {f.offender for f in report.findings} == {probe.peers_by_index(liar)}, report.line()
+    assert not report.ok and report.chain_valid and report.line().startswith(f"FAIL at height {report.findings[0].height}: ")
 
 
 CONFIGS = [
@@ -106,7 +136,7 @@ def test_byzantine_peers_cannot_crash_stall_or_frame_honest_nodes(tmp_path, fuzz
     sc = _scenario(name, rounds=6, committee_size=committee_size, members=10 if committee_size == 10 else None)
     committee, _ = _genesis_committee(sc)
     members = tuple(committee[(seed + j) % len(committee)] for j in range(byzantine))
-    sim, _ = _fuzzed_run(sc, FuzzSpec(members=members, seed=seed, rate=0.7), tmp_path / "ledger", fuzz_totals)
+    sim, _, _ = _fuzzed_run(sc, FuzzSpec(members=members, seed=seed, rate=0.7), tmp_path / "ledger", fuzz_totals)
     assert sum(v for k, v in sim.fuzzer.counts.items() if k not in ("consistent",)) > 0
 
 
@@ -117,7 +147,7 @@ def test_fabricated_evidence_against_honest_peers_never_reaches_the_ledger(tmp_p
     Byzantine (f = 3), so that they are the primary of many views."""
     sc = _scenario("coordinator_fedavg", rounds=8, committee_size=10, members=10)
     spec = FuzzSpec(members=(1, 4, 7), seed=3, rate=1.0, only=("pbft.fabricated_evidence", "pbft.vote_block"))
-    sim, res = _fuzzed_run(sc, spec, tmp_path / "ledger", fuzz_totals)
+    sim, res, _ = _fuzzed_run(sc, spec, tmp_path / "ledger", fuzz_totals)
     fabricated = {k: v for k, v in sim.fuzzer.counts.items() if k.startswith("fabricate.")}
     assert sum(fabricated.values()) >= 3, sim.fuzzer.counts
     assert sum(m.view for m in res.rounds) >= 1, "no proposal with fabricated evidence was refused"
@@ -141,7 +171,7 @@ def test_byzantine_peers_against_members_that_follow_by_headers(tmp_path, fuzz_t
     sc = load_scenario(SCENARIOS / "coordinator_fedavg.toml", rounds=6, members=40, protocol=protocol, network=network)
     committee, _ = _genesis_committee(sc)
     members = tuple(committee[(seed + j) % len(committee)] for j in range(2))
-    sim, _ = _fuzzed_run(sc, FuzzSpec(members=members, seed=seed, rate=0.7), tmp_path / "ledger", fuzz_totals)
+    sim, _, _ = _fuzzed_run(sc, FuzzSpec(members=members, seed=seed, rate=0.7), tmp_path / "ledger", fuzz_totals)
     followed = sum(n.replica.status().decided for n in sim.nodes.values())
     if outsiders == "headers":
         assert followed >= 40 * 5, followed  # every member moved with the chain, by headers or blocks

@@ -146,6 +146,29 @@ def test_reexecution_catches_a_validly_signed_but_wrong_aggregate(tmp_path):
     assert not rep.ok and rep.first_bad_height == 1 and "re-execution disagrees" in rep.reason
 
 
+def test_a_lying_committee_member_is_named_by_the_audit_of_the_results(tmp_path, capsys):
+    """A committee member under a ``corrupt`` fault signs lying distances (``node.adversary.lying_distances``); the
+    validators cannot check them, so its rows are committed; the run's audit recomputes every row from the blobs
+    the results ledger keeps and names that member, and only it (issue 31 item 8). The summary says the ledger
+    fails only by the rows of a member the scenario itself makes lie; ``sim run`` exits 1, as for any FAIL."""
+    text = (SCENARIOS / "quickstart.toml").read_text()
+    scenario = tmp_path / "liar.toml"
+    scenario.write_text(text + '\n[[adversary.faults]]\ntarget = "committee"\nkind = "corrupt"\nfrom_round = 1\n')
+    summary = run_scenario(scenario, out=tmp_path / "run", rounds=4, progress=False, plots=False)
+    liar = summary["ledger_findings"][0]["member"]
+    assert not summary["ledger_verified"] and summary["ledger_valid_but_for_faulty_members"]
+    assert summary["ledger_findings"] and {(f["member"], f["scenario_fault"]) for f in summary["ledger_findings"]} == {(liar, True)}
+    assert all(" lies: " in f["reason"] for f in summary["ledger_findings"])
+    assert summary["ledger_verdict"].startswith(f"FAIL at height {summary['ledger_findings'][0]['height']}: the score row of ")
+    assert "every other check passed through height 4" in summary["ledger_verdict"]
+    capsys.readouterr()
+    assert main(["sim", "run", str(scenario), "--rounds", "4", "--out", str(tmp_path / "again"), "--quiet"]) == 1
+    assert " lies: " in capsys.readouterr().out
+    # an honest run: nothing found, and the same summary keys
+    honest = run_scenario(SCENARIOS / "quickstart.toml", out=tmp_path / "honest", rounds=2, progress=False, plots=False)
+    assert honest["ledger_verified"] and honest["ledger_valid_but_for_faulty_members"] and honest["ledger_findings"] == []
+
+
 def test_bad_scenarios_are_rejected_with_the_key_path(tmp_path, capsys):
     text = (SCENARIOS / "quickstart.toml").read_text()
     bad = tmp_path / "bad.toml"

@@ -5,7 +5,8 @@
   corrupt aggregate in rounds 6-7. Every round still commits, each faulty round after a view change, the
   corrupt coordinator is named by evidence on the ledger, and every node's ledger verifies with re-execution.
 * Committee mode (CMFL), 7 processes, one Byzantine trainer negating its model: every round commits and
-  every ledger verifies with re-execution (the committee's scores and selection are re-executed).
+  every ledger verifies with re-execution (the committee's scores and selection are re-executed, and every score
+  row is recomputed from the blobs each node's archive fetched: the members' references and every scored update).
 
 Both are ``slow`` (real timeouts, 7 processes on 2 cores): ``pytest -m slow tests/node/runtime``.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from consensus import score_row_blobs
 from ledger.store import open_ledger
 from sim import load_scenario
 from sim._world import World, byzantine_indices
@@ -83,6 +85,15 @@ def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: 
     trained = [b.header.height for b in blocks if bad_peer in b.payload.record["training"]]
     assert trained, "the Byzantine client never trained"
     assert all(bad_peer not in b.payload.record["accepted"] for b in blocks)
+    # every node's archive fetched every blob the score rows name (the members' references, which only each member
+    # held, and the rejected updates): the verdicts above rechecked every row from them (issue 31 item 8)
+    named = [(b.height, m, w, d) for b in blocks for m, w, d in score_row_blobs(b.payload.attestations)]
+    assert any(w == bad_peer for _, _, w, _ in named)
+    for i in range(sc.members):
+        node_store, blobs = open_ledger(out / "nodes" / f"node-{i}" / "data" / "ledger", readonly=True)
+        node_store.close()
+        missing = [(h, m, w) for h, m, w, d in named if not blobs.has(d)]
+        assert not missing, (i, missing)
 
 
 @pytest.fixture(autouse=True)
