@@ -90,6 +90,7 @@ from ledger import (
     Payload,
     SignatureError,
     SignedMessage,
+    TIME_MS_MAX,
     Timeouts,
     apply_header,
     encode,
@@ -574,6 +575,8 @@ class Replica:
             raise LocalProtocolError(f"height {height} view {view} has a proposal already")
         if time_ms < self._state.time_ms:
             raise LocalProtocolError(f"time_ms {time_ms} < the previous block's {self._state.time_ms}")
+        if time_ms > TIME_MS_MAX:
+            raise LocalProtocolError(f"time_ms {time_ms} > 2^63 - 1, the latest a header takes")
         header = make_header(
             chain_id=self._ctx.chain_id,
             height=self._h,

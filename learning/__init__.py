@@ -31,8 +31,9 @@ from learning.data import partition_spec, with_public
 from learning.models import MLPSpec, blob_to_vector, model_spec, vector_to_blob
 from learning.robust import distance_row, distance_rtol, kernel_threads, parse_aggregator, set_kernel_threads
 from learning.strategies import (
-    HOST_PARAM_KEYS, STRATEGIES, AggregateResult, ClientJob, ClientUpdate, FedAvg, LocalOutcome, PublicEval, RoundInfo,
-    Strategy, b_hat_star, hypergeom_sf, n_hat_th, probability_no_takeover, recommend, strategy_from_params,
+    HOST_PARAM_KEYS, N_SAMPLES_CAP_DEFAULT, STRATEGIES, AggregateResult, ClientJob, ClientUpdate, FedAvg, LocalOutcome,
+    PublicEval, RoundInfo, Strategy, b_hat_star, cap_sample_counts, hypergeom_sf, n_hat_th, probability_no_takeover,
+    recommend, strategy_from_params,
 )
 from learning.training import SCHEDULES, LocalTrainer, LocalTrainingConfig, PublicScorer, schedule_spec
 
@@ -46,8 +47,8 @@ __all__ = [
     "partition_spec", "with_public",
     "MLPSpec", "blob_to_vector", "model_spec", "vector_to_blob",
     "distance_row", "distance_rtol", "kernel_threads", "parse_aggregator", "set_kernel_threads",
-    "HOST_PARAM_KEYS", "STRATEGIES", "AggregateResult", "ClientJob", "ClientUpdate", "FedAvg", "LocalOutcome",
-    "PublicEval", "RoundInfo", "Strategy", "b_hat_star", "hypergeom_sf", "n_hat_th", "probability_no_takeover",
-    "recommend", "strategy_from_params",
+    "HOST_PARAM_KEYS", "N_SAMPLES_CAP_DEFAULT", "STRATEGIES", "AggregateResult", "ClientJob", "ClientUpdate", "FedAvg",
+    "LocalOutcome", "PublicEval", "RoundInfo", "Strategy", "b_hat_star", "cap_sample_counts", "hypergeom_sf",
+    "n_hat_th", "probability_no_takeover", "recommend", "strategy_from_params",
     "SCHEDULES", "LocalTrainer", "LocalTrainingConfig", "PublicScorer", "schedule_spec",
 ]

@@ -5,6 +5,16 @@ block, naming its height and the reason (Certificate Transparency's monitor, Com
 Re-execution of rounds plugs in through :class:`ledger.Reexecutor`; what it finds wrong with a signed input of an
 otherwise valid block (:class:`ledger.AuditFinding`: a lying score row) fails the audit too, without stopping it.
 
+Block times (issue 31 item 5). What an audit checks: every block's ``time_ms`` is at least the previous block's
+(the genesis time at height 1: a chain rule, :func:`ledger.apply_block`) and at most ``2^63 - 1`` (the header
+type); given the auditor's clock (``now_ms``; ``ledger verify`` passes the wall clock), at most the latest time of
+:func:`ledger.block_time_window` of it, ``now_ms + tick_ms + time_drift_ms``: every block was decided before the
+audit, by a quorum in which an honest validator accepted its time only within the drift of its own clock, so a
+later time means that the validators' clocks (or more than ``f`` validators) were wrong. What it cannot check:
+that a time was within the drift of the validators' clocks when they voted (when that was is recorded nowhere: a
+block's time is the only clock on the chain), hence no lower bound beyond the previous block's time (a network may
+stall for any time between two heights).
+
 An :class:`InclusionProof` shows that one signed update commitment is in a block certified by a quorum
 of the committee that the previous block named, checkable with nothing but the genesis.
 """
@@ -22,6 +32,7 @@ from ledger._chain import (
     ChainState,
     Reexecutor,
     apply_block,
+    block_time_window,
     check_certificate,
     decode_block,
     genesis_committee,
@@ -104,6 +115,7 @@ def audit_chain(
     reexecutor: Reexecutor | None = None,
     expect_height: int | None = None,
     on_block: Callable[[int], None] | None = None,
+    now_ms: int | None = None,
 ) -> AuditReport:
     """Verify every stored block in order.
 
@@ -112,7 +124,9 @@ def audit_chain(
     from what the block bytes say is reported at that height, as ``show`` and ``export`` report it, so
     every command names the same first bad height. ``blobs`` (optional)
     checks every referenced blob's digest. ``expect_height`` makes a chain shorter than expected fail
-    (a truncated tail is otherwise indistinguishable from an older, valid chain).
+    (a truncated tail is otherwise indistinguishable from an older, valid chain). ``now_ms``: the auditor's clock
+    (ms since 1970); a block whose time is beyond :func:`ledger.block_time_window` of it fails (see the module
+    docstring). None: no bound but the chain's own (the ledger reads no clock).
 
     What ``reexecutor`` finds (:class:`ledger.AuditFinding`: a committee member's score row that the stored
     updates contradict) fails the audit too, but the chain is checked on past it, to its end or its first invalid
@@ -121,6 +135,7 @@ def audit_chain(
     """
     ctx = ChainContext(genesis)
     state: ChainState = genesis_state(ctx)
+    latest = None if now_ms is None else block_time_window(genesis, now_ms)[1]
     sigs = blobs_n = 0
     bad: tuple[int, str] | None = None
     collecting = None if reexecutor is None else _Collecting(reexecutor)
@@ -144,6 +159,11 @@ def audit_chain(
                 raise ChainError(f"height {h}: missing (the next stored block is height {height})")
             block, digests = decode_block(data)
             after = apply_block(ctx, state, block, blobs=blobs, reexecutor=collecting, digests=digests)
+            if latest is not None and block.header.time_ms > latest:
+                raise ChainError(
+                    f"height {h}: block time {block.header.time_ms} is beyond the auditor's clock {now_ms} + tick_ms + "
+                    f"time_drift_ms ({latest}): a validator with a right clock could not have accepted it by now"
+                )
             if len(row) >= 3 and row[2] != after.head_hash:  # type: ignore[misc]
                 raise ChainError(f"height {h}: the store's hash index differs from the block's hash")
             if len(row) >= 4 and row[3] != block.header.prev_hash:  # type: ignore[misc]

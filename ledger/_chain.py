@@ -43,6 +43,7 @@ __all__ = [
     "Reexecutor",
     "apply_block",
     "apply_header",
+    "block_time_window",
     "commit_sign_bytes",
     "decode_block",
     "genesis_committee",
@@ -283,6 +284,18 @@ def genesis_state(ctx: ChainContext) -> ChainState:
         model_digest=g.model.digest,
         state_digest=None,
     )
+
+
+def block_time_window(genesis: Genesis, clock_ms: int) -> tuple[int, int]:
+    """``(earliest, latest)``: the block times a validator whose clock reads ``clock_ms`` accepts in a fresh proposal
+    (issue 31 item 5), ``clock_ms ∓ (tick_ms + time_drift_ms)`` (the genesis' ``protocol.timeouts.tick_ms`` and
+    ``protocol.time_drift_ms``). The tick is there because a node's clock counts whole ticks (``genesis_time_ms +
+    tick × tick_ms``): two nodes whose clocks are just as right may read a tick apart. Not a chain rule: how far a
+    validator's clock was from a block's time when it voted cannot be checked later (:func:`ledger.audit_chain`
+    applies ``latest`` with the auditor's clock)."""
+    p = genesis.protocol
+    slack = p.timeouts.tick_ms + p.time_drift_ms
+    return clock_ms - slack, clock_ms + slack
 
 
 def _check(cond: bool, height: int, msg: str) -> None:

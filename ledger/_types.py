@@ -34,8 +34,12 @@ __all__ = [
     "Payload",
     "ProtocolParams",
     "SignedMessage",
+    "TIME_DRIFT_KEY",
+    "TIME_DRIFT_MS_DEFAULT",
+    "TIME_MS_MAX",
     "Timeouts",
     "UpdateCommitment",
+    "time_drift_ms_of",
 ]
 
 COMMITTEE_MODE = "committee"
@@ -57,6 +61,15 @@ could rank the farther one first). ``C / 1e-300`` stays finite for any committee
 
 MEMBERS_MAX = 10_000
 """Upper bound on members in a genesis (bounds every per-block list too)."""
+TIME_MS_MAX = 2**63 - 1
+"""Latest block time (and genesis time), in ms since 1970: the largest signed 64-bit integer, what every other
+system (SQLite, Java, Go, JSON tools) reads as a time in ms. The encoding alone allows up to ``2**64 - 1``."""
+TIME_DRIFT_KEY = "time_drift_ms"
+"""Reserved ``protocol.params`` key of :attr:`ProtocolParams.time_drift_ms`."""
+TIME_DRIFT_MS_DEFAULT = 10_000
+""":attr:`ProtocolParams.time_drift_ms` when the genesis does not set it: 10 s, the default ``max_clock_drift`` of
+CometBFT's light client."""
+TIME_DRIFT_MS_MAX = 10**9
 EVIDENCE_MAX = 256
 EXHIBITS_MAX = 8
 NAME_BYTES_MAX = 128
@@ -86,6 +99,15 @@ def _sorted_unique(name: str, items: tuple[Any, ...], key: Any = None) -> None:
 def _text(name: str, v: str, limit: int = NAME_BYTES_MAX) -> None:
     if len(v.encode()) > limit:
         raise ValueError(f"{name} longer than {limit} bytes")
+
+
+def time_drift_ms_of(params: Mapping[str, Any]) -> int:
+    """``params.time_drift_ms`` of a genesis' protocol (:attr:`ProtocolParams.time_drift_ms`), or its default when
+    absent; raises ``ValueError`` unless it is an int in ``[1, 1e9]`` (ms: 11.6 days)."""
+    drift = params.get(TIME_DRIFT_KEY, TIME_DRIFT_MS_DEFAULT)
+    if type(drift) is not int or not 1 <= drift <= TIME_DRIFT_MS_MAX:
+        raise ValueError(f"params.{TIME_DRIFT_KEY} must be an int in [1, 1e9] (ms), got {drift!r:.40}")
+    return drift
 
 
 def _params(name: str, v: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -149,6 +171,10 @@ class ProtocolParams:
     ``quorum = "bft"``: more than two thirds of the committee (``2f+1`` of ``3f+1``; safe with ``f``
     Byzantine members). ``quorum = "majority"``: the CMFL paper's ``⌊C/2⌋+1`` - **not Byzantine-safe**,
     available only to reproduce the paper.
+
+    ``params`` also carries the reserved protocol keys: the round rules' (``node._rounds``) and
+    ``time_drift_ms`` (:attr:`time_drift_ms`), checked here. A reserved key that is absent takes its default, so
+    a genesis that leaves it out keeps its bytes and hash.
     """
 
     mode: str
@@ -170,6 +196,17 @@ class ProtocolParams:
             raise ValueError(f"quorum must be one of {', '.join(QUORUM_RULES)}, got {self.quorum!r:.40}")
         _nonneg("fl_rounds", self.fl_rounds)
         object.__setattr__(self, "params", _params("params", self.params))
+        time_drift_ms_of(self.params)
+
+    @property
+    def time_drift_ms(self) -> int:
+        """How far from a validator's own clock a fresh proposal's block time may be, in ms (issue 31 item 5):
+        ``params.time_drift_ms``, default :data:`TIME_DRIFT_MS_DEFAULT` (10 s). A validator refuses a proposal whose
+        ``time_ms`` is more than a tick plus this drift ahead of its clock or behind it
+        (``ledger.block_time_window``), without accusing the proposer (clocks differ: that proves no fault); a
+        block's time is also never before the previous block's, a chain rule. ``ledger verify`` bounds every block's
+        time by the auditor's clock plus the same (``ledger.audit_chain``'s ``now_ms``)."""
+        return time_drift_ms_of(self.params)
 
 
 @record
@@ -205,7 +242,8 @@ class Genesis:
             raise ValueError(
                 f"chain_id must be 1-64 characters of [A-Za-z0-9._-] starting alphanumeric, got {self.chain_id!r:.80}"
             )
-        _nonneg("genesis_time_ms", self.genesis_time_ms)
+        if not 0 <= self.genesis_time_ms <= TIME_MS_MAX:
+            raise ValueError(f"genesis_time_ms must be in [0, 2^63 - 1], got {self.genesis_time_ms}")
         if self.version != 1:
             raise ValueError(f"unsupported genesis version {self.version}")
         if not 1 <= len(self.members) <= MEMBERS_MAX:
@@ -391,7 +429,8 @@ class BlockHeader:
         _digest("prev_hash", self.prev_hash)
         _nonneg("fl_round", self.fl_round)
         _nonneg("view", self.view)
-        _nonneg("time_ms", self.time_ms)
+        if not 0 <= self.time_ms <= TIME_MS_MAX:  # issue 31 item 5: 2^64 - 1 encodes, but no clock reads it
+            raise ValueError(f"time_ms must be in [0, 2^63 - 1], got {self.time_ms}")
         _digest("payload_hash", self.payload_hash)
         _digest("updates_root", self.updates_root)
 

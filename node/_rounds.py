@@ -14,6 +14,10 @@ implementation, so a proposal the committee accepted always re-executes in the a
   experiments, by the genesis' ``protocol.params.sampling_seed``: see :func:`sampling_seed_of`); the
   strategy named in the genesis aggregates the included updates; the next committee is sampled from the
   members with the seed ``H(prev_hash ‖ height)``.
+
+Both modes aggregate with the claimed sample counts capped at ``n_samples_cap`` times the round's median claim
+(:func:`n_samples_cap_of`, ``learning.cap_sample_counts``): a count is the client's own word, and the weight of
+every data-size-weighted rule.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from consensus import (
 )
 from ledger import (
     COMMITTEE_MODE,
+    TIME_DRIFT_KEY,
     BlobSource,
     ChainContext,
     ChainState,
@@ -54,6 +59,7 @@ from ledger import (
 )
 from learning import (
     HOST_PARAM_KEYS,
+    N_SAMPLES_CAP_DEFAULT,
     AggregateResult,
     ClientUpdate,
     ConfigError,
@@ -64,12 +70,15 @@ from learning import (
     RoundInfo,
     Strategy,
     blob_to_vector,
+    cap_sample_counts,
     strategy_from_params,
     vector_to_blob,
 )
 
 __all__ = [
     "COMMITTEE_EPOCH_KEY",
+    "N_SAMPLES_CAP_KEY",
+    "N_SAMPLES_CAP_MAX",
     "SAMPLING_RULE_KEY",
     "SAMPLING_SEED_KEY",
     "RoundHistory",
@@ -79,6 +88,7 @@ __all__ = [
     "proposal_evidence_key",
     "check_host_params",
     "committee_epoch_of",
+    "n_samples_cap_of",
     "round_rng",
     "sampling_rule_of",
     "sampling_seed_of",
@@ -147,7 +157,10 @@ def sampling_rule_of(params: Mapping[str, Any]) -> str:
 
 COMMITTEE_EPOCH_KEY = "committee_epoch"
 """Reserved ``protocol.params`` key of :func:`committee_epoch_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
-_missing = {SAMPLING_SEED_KEY, SAMPLING_RULE_KEY, COMMITTEE_EPOCH_KEY} - HOST_PARAM_KEYS
+N_SAMPLES_CAP_KEY = "n_samples_cap"
+"""Reserved ``protocol.params`` key of :func:`n_samples_cap_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
+N_SAMPLES_CAP_MAX = 1_000_000
+_missing = {SAMPLING_SEED_KEY, SAMPLING_RULE_KEY, COMMITTEE_EPOCH_KEY, N_SAMPLES_CAP_KEY, TIME_DRIFT_KEY} - HOST_PARAM_KEYS
 if _missing:  # pragma: no cover - the two modules must agree
     raise ImportError(f"learning's HOST_PARAM_KEYS lacks {sorted(_missing)}")
 COMMITTEE_EPOCH_MAX = 1_000_000
@@ -183,12 +196,29 @@ def committee_epoch_of(params: Mapping[str, Any], *, mode: str) -> int:
     return v
 
 
+def n_samples_cap_of(params: Mapping[str, Any]) -> int:
+    """The cap on claimed sample counts, the genesis' ``protocol.params.n_samples_cap`` (``r``; default
+    ``learning.N_SAMPLES_CAP_DEFAULT`` = 4), in both modes: every round is aggregated, by its proposer, its
+    validators and the auditor alike, with each update's ``n_samples`` replaced by ``min(n_samples, r · m)``, ``m``
+    the lower median of the round's claims (``learning.cap_sample_counts``, which says what it bounds and what it
+    costs). ``0`` aggregates with the claims as signed (a deployment that trusts its clients' counts, or a
+    reproduction of a paper whose server knows them). Anything but an int in ``[0, 1000000]`` raises
+    :class:`ConfigError`."""
+    if N_SAMPLES_CAP_KEY not in params:
+        return N_SAMPLES_CAP_DEFAULT
+    v = params[N_SAMPLES_CAP_KEY]
+    if type(v) is not int or not 0 <= v <= N_SAMPLES_CAP_MAX:
+        raise ConfigError(f"protocol.params.{N_SAMPLES_CAP_KEY} must be an int in [0, {N_SAMPLES_CAP_MAX}], got {v!r}")
+    return v
+
+
 def check_host_params(params: Mapping[str, Any], *, mode: str) -> None:
     """Check every reserved host key of a ``protocol.params`` (:func:`sampling_seed_of`, :func:`sampling_rule_of`,
-    :func:`committee_epoch_of`); raises :class:`ConfigError` for the first bad one."""
+    :func:`committee_epoch_of`, :func:`n_samples_cap_of`); raises :class:`ConfigError` for the first bad one."""
     sampling_seed_of(params, mode=mode)
     sampling_rule_of(params)
     committee_epoch_of(params, mode=mode)
+    n_samples_cap_of(params)
 
 
 def seeded_sampling_hash(sampling_seed: int) -> bytes:
@@ -288,6 +318,8 @@ class RoundRules:
         """``consensus.SAMPLING_RULES``: how :meth:`plan` and :meth:`next_committee_coordinator` pick members."""
         self.committee_epoch = committee_epoch_of(genesis.protocol.params, mode=genesis.protocol.mode)
         """Coordinator mode: heights per committee (:func:`committee_epoch_of`)."""
+        self.n_samples_cap = n_samples_cap_of(genesis.protocol.params)
+        """The cap on claimed sample counts (:func:`n_samples_cap_of`), both modes."""
         self.strategy: Strategy = FedAvg() if self.committee_mode else strategy_from_params(
             genesis.protocol.algorithm, genesis.protocol.params
         )
@@ -382,9 +414,10 @@ class RoundRules:
         algo_state: bytes | None = None,
         history: RoundHistory | None = None,
     ) -> AggregateResult:
-        """:meth:`aggregate` on bare uploads (``base_round`` = the round each trained from)."""
+        """:meth:`aggregate` on bare uploads (``base_round`` = the round each trained from), their claimed sample
+        counts capped (:func:`n_samples_cap_of`)."""
         h = plan.height
-        ups = sorted(uploads, key=lambda u: (u.peer, u.base_round))
+        ups = cap_sample_counts(sorted(uploads, key=lambda u: (u.peer, u.base_round)), self.n_samples_cap)
         base: dict[int, np.ndarray] = {}
         for u in ups:
             if u.base_round == h:

@@ -12,8 +12,11 @@ fixed points and does not know which attack, if any, runs):
   ``skip_primary`` (selective delivery: its updates and score rows reach every validator but the height's view-0
   primary), ``omit_rows`` (as a CMFL primary, it builds its proposal without one of the score rows it holds, to steer
   the election: :func:`omitted_rows`);
+  ``clock`` (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time and
+  judges others' block times by it; issue 31 item 5);
 * **update attacks** of Byzantine clients (``learning.parse_update_attack``) are applied by the host to the
-  client's own upload (:func:`attack_update`).
+  client's own upload (:func:`attack_update`), and so is a claimed sample count (the scenario's
+  ``adversary.n_samples``: the count it signs instead of its own; issue 31 item 7).
 
 Each function is a pure function of its inputs plus a seeded generator the host derives (the simulator from
 its scenario's ``RngTree``; a node process from the same scenario), so a scenario run as a testnet applies the
@@ -39,19 +42,20 @@ __all__ = [
     "lying_distances", "omitted_rows",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "skip_primary", "omit_rows")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows")
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     """One fault: ``kind`` on ``peer`` (None: whoever coordinates the height) from ``from_round`` to
-    ``until_round`` (0: for ever)."""
+    ``until_round`` (0: for ever); ``delay_ms`` for a ``delay``, ``skew_ms`` for a ``clock``."""
 
     kind: str
     peer: str | None
     from_round: int = 1
     delay_ms: float = 0.0
     until_round: int = 0
+    skew_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -83,6 +87,10 @@ class FaultPlan:
 
     def delay_ms(self, peer: str, height: int, coordinator: Callable[[], str | None]) -> float:
         return sum(f.delay_ms for f in self.faults if f.kind == "delay" and self._hits(f, peer, height, coordinator))
+
+    def skew_ms(self, peer: str, height: int, coordinator: Callable[[], str | None]) -> int:
+        """How far ``peer``'s clock runs ahead (negative: behind) at ``height``."""
+        return sum(f.skew_ms for f in self.faults if f.kind == "clock" and self._hits(f, peer, height, coordinator))
 
 
 def corrupt_proposal(payload: Payload, model: np.ndarray, rng: np.random.Generator) -> tuple[Payload, np.ndarray, bytes]:
@@ -170,7 +178,7 @@ class NodeAdversary(Behavior):
         self.core: Any = None
         """The node core this adversary steers (set by the host once built)."""
         self.last_upload: np.ndarray | None = None
-        self.counts: dict[str, int] = {"dropped": 0, "delayed": 0, "corrupted": 0, "equivocated": 0}
+        self.counts: dict[str, int] = {"dropped": 0, "delayed": 0, "corrupted": 0, "equivocated": 0, "skewed": 0}
 
     def _height(self) -> int:
         return 0 if self.core is None else self.core.chain_state.height + 1
@@ -202,6 +210,14 @@ class NodeAdversary(Behavior):
             return rows
         self.counts["omitted"] = self.counts.get("omitted", 0) + 1
         return omitted_rows(rows, me=self._me, rows_min=self.core.rows_min)
+
+    def clock(self, now_ms: int) -> int:
+        if not self._plan:
+            return now_ms
+        skew = self._plan.skew_ms(self._me, self._height(), self._coordinator)
+        if skew:
+            self.counts["skewed"] += 1
+        return now_ms + skew
 
     @property
     def silent(self) -> bool:

@@ -28,10 +28,11 @@ provable one becomes evidence. Nothing a peer sends raises out of this class.
 Evidence names only a peer whose own signature proves the fault (``consensus._evidence``): two different
 signed messages for one slot, a signed score row that misquotes a client's commitment (the member is blamed,
 never the client), a proposal this validator refused on inputs it holds. A refusal for want of an input (the
-previous model, a blob), a suspicion of censorship, or evidence this validator cannot confirm still votes for
-a view change but accuses nobody; and a proposal is refused if it carries evidence whose claim does not hold,
-so a Byzantine proposer cannot put an accusation of an honest peer on the ledger. ``tests/sim/
-test_byzantine_fuzz.py`` checks all of it against a fuzzing Byzantine minority.
+previous model, a blob), a suspicion of censorship, evidence this validator cannot confirm, or a block time
+further from its own clock than the genesis' ``time_drift_ms`` still votes for a view change but accuses nobody;
+and a proposal is refused if it carries evidence whose claim does not hold, so a Byzantine proposer cannot put an
+accusation of an honest peer on the ledger. ``tests/sim/test_byzantine_fuzz.py`` checks all of it against a
+fuzzing Byzantine minority.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ from ledger import (
     LedgerError,
     Payload,
     SignedMessage,
+    TIME_MS_MAX,
     UpdateCommitment,
     check_evidence,
+    block_time_window,
     encode,
     genesis_state,
     primary,
@@ -104,6 +107,7 @@ from node._rounds import (
     check_host_params,
     committee_epoch_of,
     evidence_key,
+    n_samples_cap_of,
     proposal_evidence_key,
     sampling_rule_of,
     sampling_seed_of,
@@ -126,6 +130,7 @@ __all__ = [
     "Withheld",
     "check_host_params",
     "committee_epoch_of",
+    "n_samples_cap_of",
     "sampling_rule_of",
     "sampling_seed_of",
 ]
@@ -240,6 +245,11 @@ class Behavior:
         """The score rows, by member, this primary builds its CMFL proposal from (one that steers the election
         leaves some out)."""
         return rows
+
+    def clock(self, now_ms: int) -> int:
+        """What this node's clock reads when a right one reads ``now_ms`` (a node whose clock runs ahead or behind
+        changes it): the time it stamps its proposals with, and judges others' block times against."""
+        return now_ms
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -380,9 +390,11 @@ class NodeCore:
         The replica's durable record (:meth:`consensus.Replica.durable`) from before a restart, so it never
         signs two different messages for one (height, view).
     start_tick:
-        The tick this node starts at (a runtime maps the wall clock to ticks: the block time a proposer
-        injects, ``genesis_time_ms + tick × tick_ms``, is then wall time; it is bounded below by the last
-        block's time either way).
+        The tick this node starts at. The node's clock reads ``genesis_time_ms + tick × tick_ms`` (a runtime maps
+        the wall clock to ticks, so it is then wall time; :meth:`lose_ticks` keeps it so after a stall). A proposer
+        stamps its block with its clock, or the previous block's time if that is later; a validator refuses a
+        fresh proposal whose time is further from its clock than the genesis' ``protocol.time_drift_ms`` (and a
+        tick: ``ledger.block_time_window``), without accusing the proposer: clocks differ, so it proves nothing.
     history:
         The recent rounds of ``state``'s chain (a semi-synchronous strategy's staleness window), rebuilt by
         a host that resumes a stored chain (``node.runtime._node.load_chain``); default: empty, right at the
@@ -485,6 +497,7 @@ class NodeCore:
         """Ticks a row or an update commitment sent to a primary is given to reach it (and the blob to be fetched)
         before this validator may refuse a proposal for leaving it out (:meth:`_omission_counts`)."""
         self._now = int(start_tick)
+        self._lost = 0  # ticks of the host's clock this node did not run (lose_ticks): its clock reads them
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
         self._refused: dict[tuple[int, int, str], Proposal] = {}
@@ -661,6 +674,21 @@ class NodeCore:
             raise LocalProtocolError(f"cannot skip {n} ticks: the next may act")
         self._replica.skip_ticks(n)  # checks the replica's side (idle_ticks)
         self._now += n
+
+    def lose_ticks(self, n: int) -> None:
+        """``n`` ticks of the host's clock passed that this node did not run: a runtime that stalled longer than it
+        catches up, or the simulator's member under a ``drop`` fault (not ticked). The node's clock reads them
+        (block times, and the drift a validator allows a proposal's time: :meth:`clock_ms`), its timers do not
+        (nothing else changes)."""
+        if n < 0:
+            raise ValueError(f"cannot lose {n} ticks")
+        self._lost += n
+
+    def clock_ms(self) -> int:
+        """This node's clock, in ms since 1970: ``genesis_time_ms + (ticks run + ticks lost) × tick_ms``, as its
+        behaviour reads it (honest: unchanged), within ``[0, 2^63 - 1]``."""
+        now = self._genesis.genesis_time_ms + (self._now + self._lost) * self._timeouts.tick_ms
+        return min(TIME_MS_MAX, max(0, self._behavior.clock(now)))
 
     def _may_act_on_tick(self) -> bool:
         """The node's own side of a tick: retrying wanted blobs, a validator's collect deadline, a proposal."""
@@ -885,7 +913,7 @@ class NodeCore:
         self._blobs.put(model_blob)
         self._remember_validated(payload.model_digest, model, model_blob, self._proposed_state)
         r.proposed_views.add(view)
-        time_ms = max(self._state.time_ms, self._genesis.genesis_time_ms + self._now * self._timeouts.tick_ms)
+        time_ms = max(self._state.time_ms, self.clock_ms())
         try:
             effects = self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms)
         except LocalProtocolError:
@@ -969,13 +997,20 @@ class NodeCore:
 
         Provable: the proposal is wrong whatever this validator holds (a forged row, a wrong aggregate of
         updates it has, an evidence claim that does not hold). Not provable: this validator lacks an input
-        (the previous model, a blob), suspects censorship of an update the proposer may not have, or cannot
-        confirm an ``invalid_proposal`` evidence item; such a refusal still votes for a view change, but it
-        never becomes evidence, so an honest proposer is never accused.
+        (the previous model, a blob), suspects censorship of an update the proposer may not have, cannot
+        confirm an ``invalid_proposal`` evidence item, or finds the block time beyond its own clock's drift (either
+        way); such a refusal still votes for a view change, but it never becomes evidence, so an honest proposer is
+        never accused.
         """
         payload = proposal.payload
         if proposal.header.height != self._round.plan.height:  # (the replica waits for the commit: not expected)
             return f"this validator is at height {self._round.plan.height}, not {proposal.header.height}", False
+        clock = self.clock_ms()
+        earliest, latest = block_time_window(self._genesis, clock)
+        if not earliest <= proposal.header.time_ms <= latest:  # issue 31 item 5
+            # (clocks differ: a time beyond this validator's drift proves nothing against the proposer)
+            return (f"block time {proposal.header.time_ms} is more than tick_ms + time_drift_ms "
+                    f"({latest - clock} ms) from this validator's clock {clock}"), False
         if self._model is None:
             return "this validator does not have the previous model yet", False
         for ev in payload.evidence:

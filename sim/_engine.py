@@ -202,6 +202,9 @@ class _Adversary(Behavior):
             return rows
         return omitted_rows(rows, me=self.peer, rows_min=self.sim.nodes[self.peer].rows_min)
 
+    def clock(self, now_ms: int) -> int:
+        return now_ms + self.sim._clock_skew_ms(self.peer)
+
 
 
 class _Members(Mapping[str, NodeCore]):
@@ -366,6 +369,8 @@ class Simulation:
         self.byzantine = frozenset(keys[i].peer_id for i in byzantine_indices(scenario, self.genesis))
         self.update_attack = parse_update_attack(scenario.adversary.attack) if scenario.adversary.attack else None
         self.attack_name = scenario.adversary.attack.split("(")[0].strip()
+        self.claimed_samples = scenario.adversary.n_samples
+        """The sample count a Byzantine client signs instead of its own (0: its own)."""
         self.per_round = scenario.adversary.per_round
         self._byzantine_rounds: dict[int, frozenset[str]] = {}
         self.poisoned_data = self.jobs.poisoned_data
@@ -384,7 +389,7 @@ class Simulation:
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
-        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round) for target, f in self._faults])
+        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round, f.skew_ms) for target, f in self._faults])
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = world.strategy
         self.public_eval = world.public_eval()
@@ -572,6 +577,11 @@ class Simulation:
 
     def _faulty(self, peer: str, kind: str) -> bool:
         return bool(self.fault_plan) and self.fault_plan.active(peer, kind, self._height(), self._coordinator_now)
+
+    def _clock_skew_ms(self, peer: str) -> int:
+        if not self.fault_plan:
+            return 0
+        return self.fault_plan.skew_ms(peer, self._height(), self._coordinator_now)
 
     def _delay_us(self, peer: str) -> int:
         if not self.fault_plan:
@@ -831,7 +841,8 @@ class Simulation:
             if peer in sent:
                 uploads.append((peer, *sent[peer]))
                 continue
-            if self._attacking(peer, h) and (self.update_attack is not None or self.batch_attack is not None):
+            if self._attacking(peer, h) and (self.update_attack is not None or self.batch_attack is not None
+                                             or self.claimed_samples):
                 return  # its upload is not the job's result: leave it to the proposal
             delta, n, _ = handle.get()
             if np.isfinite(delta).all():
@@ -897,6 +908,8 @@ class Simulation:
                 self.diverged_jobs += 1
                 self._diverged_by_round[job.fl_round] = self._diverged_by_round.get(job.fl_round, 0) + 1
                 return
+        if self.claimed_samples and job.purpose == PURPOSE_UPDATE and self._attacking(peer, job.fl_round):
+            n = self.claimed_samples  # it signs a count of its choice (the round rules cap what it weighs)
         if self._equivocators:
             self._last_upload[peer] = delta
         if job.purpose == PURPOSE_UPDATE and self._pool.active:  # (kept for the preview: only with workers)
@@ -1094,6 +1107,8 @@ class Simulation:
                         fx = node.tick()
                         if fx:
                             self._apply(pid, fx)
+                    else:  # a crashed member runs no timer, but its clock goes on (its block times stay right)
+                        node.lose_ticks(1)
                     sleeper.settle(pid)
                 self._push(at + self._tick_us, "tick", None)
             elif kind == "deliver":

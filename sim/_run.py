@@ -30,6 +30,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -278,13 +279,14 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
     return sim.public_eval if same else None
 
 
-def verify_ledger(path: Path, *, public: PublicEval | None = None) -> tuple[bool, str]:
-    """Full audit of a results ledger, re-executing every round (a chain that cannot be re-executed fails)."""
-    report, line = _audit(path, public=public)
+def verify_ledger(path: Path, *, public: PublicEval | None = None, now_ms: int | None = None) -> tuple[bool, str]:
+    """Full audit of a results ledger, re-executing every round (a chain that cannot be re-executed fails), with
+    the block times bounded by ``now_ms`` (default: the wall clock) as ``concilium ledger verify`` bounds them."""
+    report, line = _audit(path, public=public, now_ms=now_ms)
     return report is not None and report.ok, line
 
 
-def _audit(path: Path, *, public: PublicEval | None) -> tuple[AuditReport | None, str]:
+def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) -> tuple[AuditReport | None, str]:
     """:func:`verify_ledger`'s report (None: the rounds cannot be re-executed here) and verdict line."""
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
@@ -294,7 +296,8 @@ def _audit(path: Path, *, public: PublicEval | None) -> tuple[AuditReport | None
             rx = reexecutor_for(g, public=public_eval_for_ledger(Path(path)))
         if rx is None:
             return None, f"FAIL: the rounds of algorithm {g.protocol.algorithm!r} cannot be re-executed here"
-        report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx)
+        report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx,
+                             now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
     return report, report.line()
 
 

@@ -36,9 +36,10 @@ Example (``scenarios/quickstart.toml``)::
     byzantine = 2                                   # the first 2 non-genesis-committee members
     attack = "model_scaling(scale=-1.0)"
     from_round = 1                                   # attack from this round on (honest before)
+    n_samples = 0                                    # a sample count they sign instead of their own (0: their own)
     [[adversary.faults]]
     target = "coordinator"                           # or "member:3"
-    kind = "corrupt"                                 # drop | delay | corrupt
+    kind = "corrupt"                                 # drop | delay | corrupt | equivocate | clock (skew_ms)
     from_round = 2
 
     [risk]                                           # what `testnet init` assumes (RiskSection)
@@ -60,7 +61,7 @@ from types import MappingProxyType
 from typing import Any
 
 from consensus import BYZANTINE_FRACTION_DEFAULT, RISK_BUDGET_DEFAULT
-from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, Timeouts
+from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, TIME_MS_MAX, Timeouts, time_drift_ms_of
 from node import ConfigFileError
 from node.config import load_toml, record_from_toml
 
@@ -83,7 +84,7 @@ __all__ = [
     "resolve_scenario",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "skip_primary", "omit_rows")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows")
 MODEL_PUSH = ("all", "participants")
 OUTSIDERS = ("blocks", "headers", "lazy")
 
@@ -145,7 +146,8 @@ class ProtocolSection:
         _check(self.mode != "committee" or self.algorithm == "cmfl", "committee mode runs algorithm = \"cmfl\"")
         self.timeouts()  # the genesis checks the same fields: fail when the file loads, not when the run starts
         # the round rules' reserved keys: fail when the file loads (node.core is imported only where one is set)
-        if {"sampling_seed", "sampling_rule", "committee_epoch"} & self.params.keys():
+        time_drift_ms_of(self.params)  # (a chain rule's parameter: the genesis checks it, ledger.ProtocolParams)
+        if {"sampling_seed", "sampling_rule", "committee_epoch", "n_samples_cap"} & self.params.keys():
             from node.core import check_host_params  # noqa: PLC0415
 
             check_host_params(self.params, mode=self.mode)  # ConfigError is a ValueError
@@ -357,7 +359,9 @@ class FaultConfig:
 
     Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
     coordinator proposes a wrong aggregate, a committee member signs false scores, and it votes for
-    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers),
+    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers), ``clock``
+    (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time, which the
+    validators refuse beyond their own clock plus the genesis' ``time_drift_ms``, and judges block times by it),
     ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
     ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election)."""
 
@@ -367,6 +371,8 @@ class FaultConfig:
     until_round: int = 0
     """The last round the fault lasts (0: to the end of the run)."""
     delay_ms: float = 0.0
+    skew_ms: int = 0
+    """A ``clock`` fault: how far its clock runs ahead (ms; negative: behind), in ``[-(2^63 - 1), 2^63 - 1]``."""
 
     def __post_init__(self) -> None:
         _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
@@ -376,6 +382,8 @@ class FaultConfig:
         _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.kind != "delay" or self.delay_ms > 0, "a delay fault needs delay_ms > 0")
         _check_ms("delay_ms", self.delay_ms)
+        _check(abs(self.skew_ms) <= TIME_MS_MAX, "skew_ms must be in [-(2^63 - 1), 2^63 - 1]")
+        _check((self.kind == "clock") == (self.skew_ms != 0), "a clock fault needs skew_ms != 0, and only it takes one")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,16 +404,22 @@ class AdversaryConfig:
     round"); needs ``byzantine = 0``."""
     from_round: int = 1
     """First round (1-based) in which the adversaries attack; before it they train and send honestly (seed_002
-    §3.4: the backdoor runs "after the 10-th global round", i.e. ``from_round = 11``). Applies to ``attack`` and
-    ``data_attack``; availability and faults have their own schedules."""
+    §3.4: the backdoor runs "after the 10-th global round", i.e. ``from_round = 11``). Applies to ``attack``,
+    ``data_attack`` and ``n_samples``; availability and faults have their own schedules."""
+    n_samples: int = 0
+    """The sample count each Byzantine client signs in its updates instead of its own (issue 31 item 7: e.g.
+    ``9007199254740991`` = 2^53 − 1, the largest a commitment takes); 0: its own. The round rules cap what a
+    count weighs (``protocol.params.n_samples_cap``)."""
 
     def __post_init__(self) -> None:
         _check(self.byzantine >= 0, "byzantine must be >= 0")
         _check(self.from_round >= 1, "from_round must be >= 1")
         _check(self.per_round >= 0, "per_round must be >= 0")
+        _check(0 <= self.n_samples < 2**53, "n_samples must be in [0, 2^53 - 1] (0: the client's own count)")
+        attack = bool(self.attack or self.data_attack or self.n_samples)
         _check(self.per_round == 0 or self.byzantine == 0, "give either byzantine (a fixed set) or per_round, not both")
-        _check(self.per_round == 0 or bool(self.attack or self.data_attack), "per_round adversaries need an attack")
-        _check(self.byzantine == 0 or bool(self.attack or self.data_attack), "byzantine clients need an attack")
+        _check(self.per_round == 0 or attack, "per_round adversaries need an attack")
+        _check(self.byzantine == 0 or attack, "byzantine clients need an attack")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

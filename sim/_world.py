@@ -422,7 +422,7 @@ def network_adversary(world: World, genesis: Genesis, key: KeyPair) -> Any:
             if i not in by_index:
                 raise ValueError(f"fault target member:{i} does not exist ({len(by_index)} members)")
             peer = by_index[i]
-        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round))
+        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round, f.skew_ms))
     return NodeAdversary(
         key=key, chain_id=genesis.chain_id, plan=FaultPlan(plan),
         rng_for=lambda peer, h: world.rng.child("corrupt", peer, h).numpy(),
@@ -437,7 +437,7 @@ class MemberTrainer:
 
     ``byzantine``: this member is one of the scenario's Byzantine clients: from ``adversary.from_round`` on its
     updates carry the scenario's data attack (poisoned local data, or a backdoor in every minibatch and a boosted
-    update) and update attack, seeded as the simulator seeds them.
+    update), update attack and claimed sample count (``adversary.n_samples``), seeded as the simulator seeds them.
 
     A strategy's client state (SCAFFOLD's control variate, ...) becomes the member's state once a block
     includes the upload that produced it (:meth:`on_decided`), as in the simulator."""
@@ -455,6 +455,7 @@ class MemberTrainer:
         adv = world.scenario.adversary
         self.byzantine = byzantine
         self.from_round = adv.from_round
+        self.claimed_samples = adv.n_samples if byzantine else 0
         self.update_attack = parse_update_attack(adv.attack) if byzantine and adv.attack else None
         self.batch_attack: Any = None
         self.poisoned: Dataset | None = None
@@ -492,6 +493,8 @@ class MemberTrainer:
                                   global_model=job.model)
         if not np.isfinite(delta).all():
             return None  # the attack overflowed: this Byzantine client sends nothing
+        if attacking and self.claimed_samples:
+            n = self.claimed_samples  # it signs a count of its choice (the round rules cap what it weighs)
         return TrainResult(np.ascontiguousarray(delta, dtype=np.float32), n)
 
     def on_decided(self, block: Any) -> None:

@@ -13,8 +13,8 @@ decorated with ``@register_strategy("name")``; a scenario names it in ``[protoco
 
 from learning.strategies._base import (
     AggregateResult, ClientJob, ClientUpdate, ClientUpload, FedAvg, HOST_PARAM_KEYS, LocalOutcome, LocalTrain,
-    PublicEval, RoundInfo, STRATEGIES, STRATEGY_LR_KEYS, STRATEGY_LR_SCHEDULES, Strategy, StrategyBase, check_order,
-    register_strategy, strategy_from_params, strategy_lr_schedule,
+    N_SAMPLES_CAP_DEFAULT, PublicEval, RoundInfo, STRATEGIES, STRATEGY_LR_KEYS, STRATEGY_LR_SCHEDULES, Strategy,
+    StrategyBase, cap_sample_counts, check_order, register_strategy, strategy_from_params, strategy_lr_schedule,
 )
 from learning.strategies._unavailability import (
     BucketingCClip, BucketingGM, CClip, FedAvgV, FedProx, FedProxV, GM, MIFA, MemberTable, population_weights,
@@ -37,9 +37,9 @@ __all__ = [
     "AggregateResult", "BucketingCClip", "BucketingGM", "CClip", "ClientJob", "ClientUpdate", "ClientUpload",
     "FedAsync", "FedAvg", "FedAvgStragglers", "FedAvgUniform", "FedAvgV", "FedProx", "FedProxV", "FedRo",
     "FedRoTakeover", "GM", "GROUP_AGGREGATORS", "HOST_PARAM_KEYS", "LR_SCHEDULES", "LocalOutcome", "LocalTrain",
-    "MIFA", "MemberTable", "MimiC", "NormThreshold", "PeerTable", "PublicEval", "RFA", "Recommendation",
+    "MIFA", "MemberTable", "MimiC", "N_SAMPLES_CAP_DEFAULT", "NormThreshold", "PeerTable", "PublicEval", "RFA", "Recommendation",
     "RoundInfo", "STRATEGIES", "STRATEGY_LR_KEYS", "STRATEGY_LR_SCHEDULES", "Scaffold", "ScaffoldActiveMean",
-    "Sself", "Strategy", "StrategyBase", "UNITS", "b_hat_star", "check_order", "decode_scaffold_client_state",
+    "Sself", "Strategy", "StrategyBase", "UNITS", "b_hat_star", "cap_sample_counts", "check_order", "decode_scaffold_client_state",
     "exact_b_hat", "hypergeom_sf", "kappa_geometric_median", "kappa_krum", "kappa_lower_bound", "kappa_median",
     "kappa_nnm", "kappa_trimmed_mean", "kl_bernoulli", "loss_weights", "mimic_corrections", "multi_krum_f",
     "n_hat_opt", "n_hat_th", "population_weights", "probability_no_takeover", "recommend", "register_strategy",

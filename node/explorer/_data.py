@@ -18,6 +18,7 @@ import io
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,11 @@ class AuditOutcome:
     report: AuditReport | None = None
 
 
+def wall_clock_ms() -> int:
+    """The auditor's clock: ms since 1970 (what a block time is)."""
+    return time.time_ns() // 1_000_000
+
+
 def audit_ledger(
     path: str | os.PathLike[str],
     *,
@@ -187,6 +193,7 @@ def audit_ledger(
     public_for: Callable[[Path], Any] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_block: Callable[[int], None] | None = None,
+    now_ms: int | None = None,
 ) -> AuditOutcome:
     """Every check of ``concilium ledger verify``: open the ledger read-only, compare its genesis with
     ``trusted_genesis`` (a genesis file), and run :func:`ledger.audit_chain` over every stored row with the
@@ -194,6 +201,8 @@ def audit_ledger(
 
     ``public_for(path)`` rebuilds the public split a strategy that scores models on one needs (Sself), or
     returns None. ``on_start(total)`` is called once the height is known, ``on_block(h)`` after each block.
+    ``now_ms``: the auditor's clock (ms since 1970; default: the wall clock when the audit starts), beyond which
+    plus the genesis' drift no block time may be (:func:`ledger.audit_chain`).
     Raises ``StoreError`` when the path is not a ledger that can be read, ``NodeError`` for a bad genesis file,
     and :class:`CannotReexecute` when ``reexec="yes"`` but the algorithm cannot be re-executed.
     """
@@ -228,6 +237,7 @@ def audit_ledger(
             expect_height=expect_height,
             reexecutor=rx,
             on_block=on_block,
+            now_ms=wall_clock_ms() if now_ms is None else now_ms,
         )
         warning = store.warning
     note = ""

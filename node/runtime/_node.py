@@ -6,8 +6,9 @@ The core decides; this module only executes its effects (DESIGN.md, "The network
   into :meth:`NodeCore.on_message` (the transport authenticates the sender's peer id through Noise).
 * **Time.** One task maps the wall clock onto the core's ticks (``genesis.protocol.timeouts.tick_ms``):
   it calls :meth:`NodeCore.tick` once per elapsed tick, catching up at most :data:`CATCH_UP_TICKS_MAX`
-  after a stall. The core starts at the tick of the current wall time, so the block time a proposer
-  injects is wall time.
+  after a stall (the rest it only counts: :meth:`NodeCore.lose_ticks`). The core starts at the tick of the
+  current wall time, so its clock, the block time a proposer injects and what a validator judges a block time
+  against (the genesis' ``time_drift_ms``), stays wall time.
 * **Training** runs in a worker thread (``trio.to_thread``), one job at a time, so a slow job never stalls
   consensus; a job that fails or diverges is logged and sends nothing.
 * **Durability** in the data directory: the ledger (``ledger/``: the SQLite block store and the blob files
@@ -433,10 +434,14 @@ class NodeRuntime:
 
     async def _clock(self) -> None:
         """One ``core.tick()`` per elapsed tick of wall time; after a stall at most ``CATCH_UP_TICKS_MAX`` at once
-        (the skipped ones are lost, as a sleeping machine loses them)."""
+        (the skipped ones are lost, as a sleeping machine loses them: no timer fires for them, but the core's clock
+        counts them, ``NodeCore.lose_ticks``, so it stays the wall clock)."""
         while True:
             target = self._wall_tick()
-            self._tick = max(self._tick, target - CATCH_UP_TICKS_MAX)
+            lost = target - CATCH_UP_TICKS_MAX - self._tick
+            if lost > 0:
+                self._tick += lost
+                self.core.lose_ticks(lost)
             while self._tick < target:
                 self._tick += 1
                 if not self.finished:

@@ -290,6 +290,8 @@ def test_propose_misuse_and_stale_proposals(four):
     wrong = dataclasses.replace(c.honest_payload(st, 0, prim), model_digest=bytes(32))
     with pytest.raises(LocalProtocolError, match="refused"):
         p.propose(wrong, height=1, view=0, time_ms=1)
+    with pytest.raises(LocalProtocolError, match="the latest a header takes"):  # issue 31 item 5
+        p.propose(c.honest_payload(st, 0, prim), height=1, view=0, time_ms=2**63)
 
 
 def test_status_is_a_frozen_snapshot(four):

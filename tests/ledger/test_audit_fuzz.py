@@ -135,8 +135,8 @@ def test_byte_flips_of_blocks_and_blobs_under_reexecution_give_a_fail_line(resul
 
 
 def test_the_explorer_renders_any_stored_block_time(results, tmp_path):
-    """A head block whose time a quorum signed at ``2**63 - 1`` verifies (bounding block time is issue 31 item 5):
-    the explorer shows it, instead of answering 500 (``year 584556019 is out of range``)."""
+    """A head block whose time a quorum signed at ``2**63 - 1`` (the latest a header takes; ``ledger verify`` fails
+    it, see below): the explorer shows it, instead of answering 500 (``year 584556019 is out of range``)."""
     from starlette.testclient import TestClient
 
     from node.explorer import create_app
@@ -153,3 +153,21 @@ def test_the_explorer_renders_any_stored_block_time(results, tmp_path):
         r = client.get(url)
         assert r.status_code == 200, (url, r.status_code, r.text[-300:])
     assert "9223372036854775807 ms since 1970" in client.get(f"/blocks/{ROUNDS}").text
+
+
+def test_a_head_a_quorum_signed_with_a_time_beyond_the_auditors_clock_fails_verify(results, tmp_path, capsys):
+    """Issue 31 item 5: a head block signed again by its quorum with a time a day ahead of the wall clock, or at
+    ``2**63 - 1``, fails ``ledger verify`` at its height (the audit bounds block times by its own clock plus the
+    genesis' drift); the same block at the time it had verifies."""
+    import time
+
+    _, keys, raws = results
+    block, _ = decode_block(raws[ROUNDS])
+    day_ahead = time.time_ns() // 1_000_000 + 86_400_000
+    for t, expect in ((block.header.time_ms, (0, None)), (day_ahead, (1, ROUNDS)), (2**63 - 1, (1, ROUNDS))):
+        header = dataclasses.replace(block.header, time_ms=t)
+        sigs = tuple(sign_commit(keys[s.signer], header.chain_id, header.height, header.view, header.hash())
+                     for s in block.certificate.signatures)
+        cert = dataclasses.replace(block.certificate, block_hash=header.hash(), signatures=sigs)
+        folder = _copy_with(results, tmp_path, ROUNDS, dataclasses.replace(block, header=header, certificate=cert).encode())
+        assert _verify(folder, capsys, "--reexec", "no") == expect, t
