@@ -240,8 +240,8 @@ both a pure function of the seed and the member ids, so every replica and the au
 The two rules pick different members from the same seed: a chain keeps the rule of its genesis.
 """
 
-_TRAINING_DOMAIN = b"concilium-cmfl-training/v2"
-_COMMITTEE_DOMAIN = b"concilium-committee-sample/v2"
+_TRAINING_DOMAIN = b"concilium-cmfl-training/v1"
+_COMMITTEE_DOMAIN = b"concilium-committee-sample/v1"
 _DRAW_DOMAIN = b"/draw"  # appended to the rule's domain: the "draw" hashes never collide with the "rank" ones
 _U64 = 1 << 64
 
