@@ -90,7 +90,7 @@ class _Chain:
         st, h = self.state, self.state.height + 1
         payload = Payload(updates=(), model_digest=sha256(b"m%d" % h), next_committee=st.committee)
         header = make_header(chain_id=self.genesis.chain_id, height=h, prev_hash=st.head_hash, view=0,
-                             proposer=primary(st.committee, st.head_hash, h, 0), time_ms=time_ms, payload=payload)
+                             proposer=primary(st.committee, self.ctx.genesis_hash, h, 0), time_ms=time_ms, payload=payload)
         signers = sorted(st.committee)[: quorum_size(len(st.committee))]
         sigs = [sign_commit(self.demo.by_id[s], self.genesis.chain_id, h, 0, header.hash()) for s in signers]
         block = Block(header=header, payload=payload, certificate=make_certificate(header, sigs))
