@@ -1495,7 +1495,8 @@ class NodeCore:
         h, view, p = self._replica.view_primary
         return (view, p) if h == r.plan.height else None
 
-    def _tell_primary(self, *, rows: Sequence[str] = (), updates: Sequence[tuple[str, int]] = (), to: str | None = None) -> None:
+    def _tell_primary(self, *, rows: Sequence[str] = (), updates: Sequence[tuple[str, int]] = (), to: str | None = None,
+                      again: bool = False) -> None:
         """Send the primary of this validator's view (or ``to``) the score rows and the signed commitments of the
         updates it holds and has not told that primary of (issue 31, items 1 and 6).
 
@@ -1504,7 +1505,8 @@ class NodeCore:
         (the primary fetches an announced update's blob from the validator, :meth:`_on_have`), and a primary that
         leaves out a row or an update honest validators told it of is refused. Rows are small and go whole; an
         update goes as its commitment alone, and only in coordinator mode (a CMFL proposal carries the updates its
-        rows select, which the primary fetches by digest)."""
+        rows select, which the primary fetches by digest). ``again``: also what that primary was told before (a view
+        change back to it: the message may have been lost, and the judgement's clock starts again)."""
         r = self._round
         if to is None:
             now = self._primary_now()
@@ -1515,13 +1517,13 @@ class NodeCore:
             return
         for m in rows:
             key = ("row", m, to)
-            if key not in r.told and m != to:
+            if (again or key not in r.told) and m != to:
                 r.told[key] = self._now
                 self._out.append(Transmit(to=to, data=Envelope(scores=r.rows[m]).encode(), kind="scores"))  # type: ignore[attr-defined]
         fresh = []
         for k in () if self._rules.committee_mode else updates:  # (committee mode judges rows, not updates)
             key = ("update", k, to)
-            if key not in r.told and k[0] != to:
+            if (again or key not in r.told) and k[0] != to:
                 r.told[key] = self._now
                 fresh.append(r.updates[k][0])
         for i in range(0, len(fresh), BLOBS_PER_MESSAGE_MAX):
@@ -1529,7 +1531,9 @@ class NodeCore:
             self._out.append(Transmit(to=to, data=data, kind="have"))
 
     def _tell_new_primary(self) -> None:
-        """After a view change, tell the new primary of everything held (:meth:`_tell_primary`)."""
+        """After a view change, tell the new primary of everything held (:meth:`_tell_primary`), again if it was told
+        before: under loss a ``have`` that never arrived would otherwise make every later proposal of that member
+        look like censorship, for the rest of the height."""
         r = self._round
         now = self._primary_now()
         if now is None or now[0] == r.told_view:
@@ -1537,7 +1541,7 @@ class NodeCore:
         r.told_view = now[0]
         r.view_since = self._now
         if r.rows or r.updates:
-            self._tell_primary(rows=sorted(r.rows), updates=sorted(r.updates), to=now[1])
+            self._tell_primary(rows=sorted(r.rows), updates=sorted(r.updates), to=now[1], again=True)
 
     def _omission_counts(self, what: str, item: object, proposal: Proposal) -> bool:
         """May this validator refuse ``proposal`` for leaving out the row or update ``item`` it holds?

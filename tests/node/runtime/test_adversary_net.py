@@ -8,7 +8,10 @@
   every ledger verifies with re-execution (the committee's scores and selection are re-executed, and every score
   row is recomputed from the blobs each node's archive fetched: the members' references and every scored update).
 
-Both are ``slow`` (real timeouts, 7 processes on 2 cores): ``pytest -m slow tests/node/runtime``.
+* Coordinator mode, 4 processes (issue 31): a member skipping the primary with its updates, and corrupt
+  coordinators whose evidence must reach the block of their own height.
+
+All are ``slow`` (real timeouts, 7 processes on 2 cores): ``pytest -m slow tests/node/runtime``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from consensus import score_row_blobs
+from ledger import genesis_committee, primary
 from ledger.store import open_ledger
 from sim import load_scenario
 from sim._world import World, byzantine_indices
@@ -94,6 +98,38 @@ def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: 
         node_store.close()
         missing = [(h, m, w) for h, m, w, d in named if not blobs.has(d)]
         assert not missing, (i, missing)
+
+
+@pytest.mark.slow  # about 70 s on 2 cores
+def test_selective_delivery_and_a_corrupt_coordinator_over_four_processes(tmp_path: Path) -> None:
+    """Issue 31 items 6 and 10 with real processes: member 3 skips the view-0 primary with its updates every round
+    (``skip_primary``), and the coordinators of rounds 7-8 propose corrupt aggregates. The rounds without a corrupt
+    coordinator commit at view 0 (>= 95 %: all 8 here) with member 3's update in, each corrupt proposal's evidence is
+    in the block of its own height (whoever proposes it), nobody else is accused, and the ledgers verify with
+    re-execution and agree (``_testnet``)."""
+    out = tmp_path / "run"
+    summary = _testnet(SCENARIOS / "net_selective.toml", out, timeout=240)
+    assert summary["rounds"] == 10
+    sc = load_scenario(SCENARIOS / "net_selective.toml")
+    world = World.build(sc)
+    skipper = world.keys[3].peer_id
+    store, _ = open_ledger(out / "nodes" / "node-0" / "data" / "ledger", readonly=True)
+    try:
+        blocks = [store.get(h) for h in range(1, store.height() + 1)]
+        g = store.genesis()
+    finally:
+        store.close()
+    committee = genesis_committee(g)
+    clean = [b for b in blocks if b.header.height not in (7, 8)]
+    assert all(b.header.view == 0 for b in clean), [(b.header.height, b.header.view) for b in blocks]
+    assert all(skipper in {u.peer for u in b.payload.updates} for b in clean), "member 3's update reached the primary"
+    for h in (7, 8):
+        b = blocks[h - 1]
+        corrupt = primary(committee, g.hash(), h, 0)
+        assert b.header.view >= 1
+        assert [(ev.kind, ev.offender, ev.height) for ev in b.payload.evidence] == [("invalid_proposal", corrupt, h)]
+    accused = {ev.offender for b in blocks for ev in b.payload.evidence}
+    assert accused == {primary(committee, g.hash(), h, 0) for h in (7, 8)}
 
 
 @pytest.fixture(autouse=True)
