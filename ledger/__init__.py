@@ -46,7 +46,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import by_identity, decode, encode, freeze, record
+from ledger._encoding import Budget, by_identity, decode, encode, freeze, record, scan
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -168,4 +168,6 @@ __all__ = [
     "update_leaves",
     "update_sign_bytes",
     "verify_inclusion",
+    "Budget",
+    "scan",
 ]
