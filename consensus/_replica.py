@@ -196,6 +196,11 @@ class ReplicaConfig:
     """Messages for heights beyond ``height + height_window`` are dropped."""
     buffered_messages_max: int = 1024
     """Messages kept for a later view or height (all senders together)."""
+    buffered_bytes_max: int = 128 << 20
+    """Their encoded bytes, all senders together; one sender's (its signed messages, or the decided blocks of
+    all) at most ``max(buffered_owner_bytes_min, buffered_bytes_max / members)`` (issue 31 item 4: a member's
+    16 MiB messages for later heights, 256 of them each in a network of 4, could hold 4 GiB)."""
+    buffered_owner_bytes_min: int = 32 << 20
     sync_batch_max: int = 8
     """Decided blocks sent to a laggard per request (at most ``height_window``)."""
     header_batch_max: int = 64
@@ -223,7 +228,7 @@ class ReplicaConfig:
         if not 0 <= self.backoff_exponent_max <= 30:
             raise ValueError("backoff_exponent_max must be in [0, 30]")
         for name in ("buffered_messages_max", "sync_batch_max", "header_batch_max", "header_retry_ticks", "refusals_kept",
-                     "verify_cache_max"):
+                     "verify_cache_max", "buffered_bytes_max", "buffered_owner_bytes_min"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.sync_batch_max > self.height_window:
@@ -316,6 +321,7 @@ class _Buffered:
     owner: str  # signer, or "" for a decided block
     message: Message
     sender: str | None
+    size: int = 0  # encoded bytes
 
 
 @record
@@ -1441,14 +1447,21 @@ class Replica:
     # --- buffers ------------------------------------------------------------------------------------
 
     def _hold(self, height: int, view: int, owner: str, message: Message, sender: str | None) -> None:
-        """Keep a message for a later view or height; bounded overall and per sender."""
+        """Keep a message for a later view or height; bounded overall and per sender, in count and in bytes (freed
+        when the height or view it is for is reached, or passed: :meth:`_replay`)."""
         cap = self._cfg.buffered_messages_max
-        per_owner = max(8, cap // max(1, len(self._ctx.members)))
+        members = max(1, len(self._ctx.members))
+        per_owner = max(8, cap // members)
         if owner == _HEADER_OWNER:
             per_owner = max(per_owner, self._cfg.header_batch_max)
-        if len(self._buffer) >= cap or sum(1 for b in self._buffer if b.owner == owner) >= per_owner:
+        size = len(message.encode())  # type: ignore[attr-defined]
+        bytes_max = self._cfg.buffered_bytes_max
+        owner_bytes_max = max(self._cfg.buffered_owner_bytes_min, bytes_max // members)
+        mine = [b for b in self._buffer if b.owner == owner]
+        if (len(self._buffer) >= cap or len(mine) >= per_owner or sum(b.size for b in mine) + size > owner_bytes_max
+                or sum(b.size for b in self._buffer) + size > bytes_max):
             raise RemoteProtocolError("buffer_full", f"no room for a message of height {height} view {view}")
-        self._buffer.append(_Buffered(height, view, owner, message, sender))
+        self._buffer.append(_Buffered(height, view, owner, message, sender, size))
 
     def _replay(self) -> None:
         """Move the held messages that can be handled now to the inbox; forget the stale ones."""

@@ -48,7 +48,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import by_identity, decode, encode, freeze, record
+from ledger._encoding import Budget, by_identity, decode, encode, freeze, record, scan
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -180,4 +180,6 @@ __all__ = [
     "update_leaves",
     "update_sign_bytes",
     "verify_inclusion",
+    "Budget",
+    "scan",
 ]

@@ -12,6 +12,18 @@ Every hashed or signed byte string in concilium is ``encode(value)`` for a *cano
 integers, float32, ext types, non-UTF-8 strings, trailing bytes and nesting deeper than
 ``DEPTH_MAX`` all raise :class:`DecodeError`. Nothing else escapes ``decode``.
 
+Bounded decoding
+----------------
+msgpack builds about 80 bytes of Python objects per input byte of the worst input (a long array of empty
+maps), so ``decode`` of a peer's 16 MiB would cost over a GiB and seconds of CPU before any check could refuse
+it. ``decode(data, budget=Budget(...))`` first walks the bytes without building anything (:func:`scan`):
+it counts the items (every value, every map key) and estimates the bytes of the objects msgpack would build,
+and refuses the input as soon as either passes its budget, so a refused input costs at most
+``budget.items`` steps of the walk and no memory. The walk also checks every header against the canonical
+form (minimal integer and length widths, float64 only, no ext type, no reserved byte, str map keys, depth),
+so a bounded decode does not re-pack the value to compare (which would copy a large blob once more); the
+verdicts are the same as the unbounded path's (``tests/ledger/test_bounded_decode.py``).
+
 Typed records
 -------------
 :func:`record` turns a frozen dataclass into a wire type: ``to_value()`` gives the canonical value
@@ -24,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -35,6 +48,7 @@ from ledger._errors import DecodeError
 
 __all__ = [
     "DEPTH_MAX",
+    "Budget",
     "ENCODED_BYTES_MAX",
     "Value",
     "by_identity",
@@ -44,6 +58,7 @@ __all__ = [
     "encode_record",
     "freeze",
     "record",
+    "scan",
 ]
 
 DEPTH_MAX = 32
@@ -174,11 +189,171 @@ def freeze(value: Value) -> Value:
     return value
 
 
-def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
+@dataclasses.dataclass(frozen=True, slots=True)
+class Budget:
+    """What one bounded :func:`decode` may build: at most ``items`` msgpack items (values and map keys), whose
+    Python objects take at most ``cost`` bytes by :func:`scan`'s estimate (an upper bound for CPython 3.11-3.13
+    on 64-bit: containers, non-cached ints and floats, strings and byte strings with their headers)."""
+
+    items: int
+    cost: int
+
+
+# The estimate of the Python objects msgpack builds (bytes, 64-bit CPython, the GC header included), kept an
+# upper bound (``tests/ledger/test_bounded_decode.py`` checks it against tracemalloc): a tuple of n > 0 items
+# (the empty tuple is shared); a dict of n entries (its table grows in steps: at most 38 bytes an entry just past
+# one); a str of k > 1 bytes of UTF-8 (shorter ones are shared), ASCII or not (one non-ASCII character can widen
+# every other to 4 bytes); bytes of k > 1; an int outside CPython's small-int cache; a float.
+_COST_TUPLE, _COST_SLOT = 56, 8
+_COST_DICT_EMPTY, _COST_DICT_SMALL, _COST_DICT, _COST_ENTRY = 64, 192, 64, 38
+_COST_ASCII, _COST_STR, _COST_STR_PER_BYTE = 56, 80, 4
+_COST_BYTES, _COST_INT, _COST_FLOAT = 40, 36, 32
+_NON_ASCII = re.compile(rb"[\x80-\xff]")
+
+
+def scan(data: bytes | bytearray | memoryview, budget: Budget, *, depth_max: int = DEPTH_MAX) -> int:
+    """Walk ``data`` as one msgpack value without building it; return the estimated bytes of its objects.
+
+    Raises :class:`DecodeError` unless ``data`` is exactly one value in canonical form as far as its bytes show
+    without decoding them (what :func:`encode` writes: minimal widths for integers and lengths, float64 and
+    finite, no ext type, str map keys in strictly increasing order), nested at most ``depth_max`` deep, with at
+    most ``budget.items`` items whose objects take at most ``budget.cost`` bytes by the estimate. Every
+    container's items are counted on its header, so the walk stops before it visits more than ``budget.items``
+    items, whatever the input's size. Only the str contents' UTF-8 is left to the decode that follows."""
+    if type(data) is memoryview:
+        data = data.tobytes()  # (its slices have no isascii)
+    n = len(data)
+    items_max, cost_max = budget.items, budget.cost
+    pos = cost = 0
+    items = 1  # the items announced so far: the top-level value, then every container's on its header
+    stack: list[tuple[int, bytes | None]] = []  # the enclosing containers: (items left, last key of a map)
+    left = 1  # items left in the current container (the top level holds one value); < 0: a map
+    last: bytes | None = None  # the current map's last key, as UTF-8 (whose byte order is str order)
+    is_key = False
+    while True:
+        if left == 0:
+            if not stack:
+                break
+            left, last = stack.pop()
+            continue
+        if pos >= n:
+            raise DecodeError("malformed encoding: truncated input")
+        b = data[pos]
+        if left > 0:
+            left -= 1
+        else:
+            left += 1
+            is_key = bool(left & 1)  # an odd count left: this item is a key
+            if is_key and not (0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB):
+                raise DecodeError("malformed encoding: map keys must be str")
+        if b <= 0x7F or b >= 0xE0:  # fixint, negative fixint
+            pos += 1
+            if 0xE0 <= b < 0xFB:  # below -5: not a cached int
+                cost += _COST_INT
+            continue
+        if b <= 0x9F:  # fixmap, fixarray
+            k = b & 0x0F
+            pos += 1
+            is_map = b <= 0x8F
+        elif b <= 0xBF or b == 0xC4 or b == 0xD9 or 0xC5 <= b <= 0xC6 or 0xDA <= b <= 0xDB:  # str and bin
+            if b <= 0xBF:  # fixstr
+                k = b & 0x1F
+                pos += 1
+            elif b == 0xC4 or b == 0xD9:  # bin8, str8
+                if pos + 1 >= n:
+                    raise DecodeError("malformed encoding: truncated input")
+                k = data[pos + 1]
+                if b == 0xD9 and k < 32:
+                    raise DecodeError("not in canonical form (a length in a wider header than it needs)")
+                pos += 2
+            else:  # bin16/32, str16/32
+                w = 2 if b == 0xC5 or b == 0xDA else 4
+                k = int.from_bytes(data[pos + 1:pos + 1 + w], "big")
+                if k < (0x100 if w == 2 else 0x10000):
+                    raise DecodeError("not in canonical form (a length in a wider header than it needs)")
+                pos += 1 + w
+            if b >= 0xC4 and b <= 0xC6:  # bin
+                if k > 1:
+                    cost += _COST_BYTES + k
+            elif is_key or k <= 256:
+                text = data[pos:pos + k]
+                if is_key:
+                    if last is not None and text <= last:
+                        raise DecodeError("not in canonical form (map keys unsorted or repeated)")
+                    last, is_key = text, False
+                if k > 1:
+                    cost += _COST_ASCII + k if text.isascii() else _COST_STR + _COST_STR_PER_BYTE * k
+            elif _NON_ASCII.search(data, pos, pos + k) is None:  # a long str: no copy to look at it
+                cost += _COST_ASCII + k
+            else:
+                cost += _COST_STR + _COST_STR_PER_BYTE * k
+            pos += k
+            continue
+        elif b == 0xC0 or b == 0xC2 or b == 0xC3:  # nil, false, true
+            pos += 1
+            continue
+        elif b == 0xCB:  # float64
+            if pos + 2 < n and data[pos + 1] & 0x7F == 0x7F and data[pos + 2] & 0xF0 == 0xF0:  # exponent all ones
+                raise DecodeError("malformed encoding: non-finite float")
+            pos += 9
+            cost += _COST_FLOAT
+            continue
+        elif 0xCC <= b <= 0xD3:  # uint8/16/32/64, int8/16/32/64
+            w = 1 << ((b - 0xCC) & 3)
+            if b < 0xD0:
+                v = int.from_bytes(data[pos + 1:pos + 1 + w], "big")
+                wide = v < (0x80 if w == 1 else 1 << (4 * w))
+            else:
+                v = int.from_bytes(data[pos + 1:pos + 1 + w], "big", signed=True)
+                wide = v >= (-32 if w == 1 else -(1 << (4 * w - 1)))
+            if wide:
+                raise DecodeError("not in canonical form (an integer in a wider header than it needs)")
+            pos += 1 + w
+            cost += _COST_INT
+            continue
+        elif 0xDC <= b <= 0xDF:  # array16/32, map16/32
+            w = 2 if b & 1 == 0 else 4
+            k = int.from_bytes(data[pos + 1:pos + 1 + w], "big")
+            if k < (0x10 if w == 2 else 0x10000):
+                raise DecodeError("not in canonical form (a length in a wider header than it needs)")
+            pos += 1 + w
+            is_map = b >= 0xDE
+        elif b == 0xCA:
+            raise DecodeError("not in canonical form (a float32)")
+        elif b == 0xC1:
+            raise DecodeError("malformed encoding: a reserved type byte (0xc1)")
+        else:  # 0xc7-0xc9, 0xd4-0xd8
+            raise DecodeError("malformed encoding: msgpack ext types are not allowed")
+        # an array or a map of k entries: its items are counted (and paid for) on its header
+        if len(stack) >= depth_max:
+            raise DecodeError(f"malformed encoding: nesting deeper than {depth_max}")
+        if is_map:
+            cost += max(_COST_DICT_SMALL, _COST_DICT + _COST_ENTRY * k) if k else _COST_DICT_EMPTY
+            k += k
+        elif k:
+            cost += _COST_TUPLE + _COST_SLOT * k
+        items += k
+        if k > n - pos:  # every item takes a byte at least
+            raise DecodeError("malformed encoding: truncated input")
+        if items > items_max or cost > cost_max:
+            raise DecodeError(f"over the decode budget ({items_max} items, {cost_max} bytes of objects)")
+        if k:
+            stack.append((left, last))
+            left = -k if is_map else k
+            last = None
+    if cost > cost_max:
+        raise DecodeError(f"over the decode budget ({items_max} items, {cost_max} bytes of objects)")
+    if pos != n:
+        raise DecodeError("malformed encoding: truncated input" if pos > n else "malformed encoding: trailing bytes")
+    return cost
+
+
+def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Value:
     """Decode canonical bytes; the inverse of :func:`encode` on canonical values.
 
     Raises :class:`DecodeError` (only) for anything that is not exactly ``encode(v)`` for some ``v``.
-    Maps come back as plain ``dict`` (sorted), arrays as ``tuple``.
+    Maps come back as plain ``dict`` (sorted), arrays as ``tuple``. With a ``budget`` (for bytes from a peer),
+    :func:`scan` refuses what would build more than it allows before anything is built (module docstring).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
@@ -186,6 +361,10 @@ def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
         raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
     if len(data) == 0:
         raise DecodeError("empty input")
+    limits = {}
+    if budget is not None:
+        scan(data, budget)
+        limits = {"max_array_len": budget.items, "max_map_len": budget.items}  # (the scan's bounds, again)
     try:
         value = msgpack.unpackb(
             data,
@@ -194,7 +373,10 @@ def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Value:
             strict_map_key=True,
             ext_hook=_reject_ext,
             timestamp=0,
+            **limits,
         )
+        if budget is not None:
+            return value  # the scan checked what re-packing and _check_decoded would show (module docstring)
         _check_decoded(value, 0)
         again = msgpack.packb(value, use_bin_type=True, use_single_float=False)
     except DecodeError:
@@ -496,8 +678,8 @@ def record(cls: type[T]) -> type[T]:
             memo[id(self)] = (self, out)
         return out
 
-    def decode_cls(klass: type, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> Any:
-        return klass._from_value(decode(data, bytes_max=bytes_max), klass.__name__)
+    def decode_cls(klass: type, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Any:
+        return klass._from_value(decode(data, bytes_max=bytes_max, budget=budget), klass.__name__)
 
     cls._record_fields = tuple(order)  # type: ignore[attr-defined]
     cls.to_value = to_value  # type: ignore[attr-defined]
@@ -514,6 +696,6 @@ def encode_record(obj: Any) -> bytes:
     return obj.encode()
 
 
-def decode_record(cls: type[T], data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX) -> T:
+def decode_record(cls: type[T], data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> T:
     """``cls.decode(data)`` for any record class (handy as a function)."""
-    return cls.decode(data, bytes_max=bytes_max)  # type: ignore[attr-defined]
+    return cls.decode(data, bytes_max=bytes_max, budget=budget)  # type: ignore[attr-defined]

@@ -140,8 +140,18 @@ PURPOSE_REFERENCE = "reference"
 EVIDENCE_PER_BLOCK_MAX = 64
 EVIDENCE_PENDING_MAX = 256
 UNSOLICITED_BLOBS_MAX = 8
+UNSOLICITED_PEER_BYTES_MIN = 16 << 20
+UNSOLICITED_PEERS = 4
+"""Blobs nobody asked for (a proposer pushes its block's model, and strategy state, right behind the block to the
+members outside its committee, so they can arrive first) are held by sender, issue 31 item 4: at most
+``max(UNSOLICITED_PEER_BYTES_MIN, 4 × the model's blob)`` bytes from one sender (:meth:`NodeCore.unsolicited_bounds`),
+``UNSOLICITED_PEERS`` times that from all, and ``UNSOLICITED_BLOBS_MAX`` blobs; past a bound the oldest go first
+(the sender's own, then anyone's). One that is not used is dropped when the round after the one it came in ends
+(while this node catches up on blocks it missed, at the end of the round it catches up to)."""
 EARLY_UPDATES_MAX = 256
 EARLY_UPDATE_BYTES_MAX = 64 << 20
+"""Updates for the next round, received while this node lags: one per sender, of the size an update's blob has,
+``EARLY_UPDATES_MAX`` and ``EARLY_UPDATE_BYTES_MAX`` in all; held until the next round begins."""
 DECIDED_KEPT = 16
 HEADERS_KEPT = 4096
 """Decided headers (with certificates) a node with ``lazy_outsiders`` keeps to serve a ``header_sync_request``
@@ -267,6 +277,10 @@ class NodeStatus:
     dropped: Mapping[str, int]
     evidence_pending: int
     now_tick: int
+    unsolicited_bytes: int = 0
+    """Bytes of the unasked blobs held now (:data:`UNSOLICITED_PEER_BYTES_MIN`)."""
+    unsolicited_peak: int = 0
+    """The most this node ever held of them at once."""
 
 
 def _referenced(payload: Payload) -> list[bytes]:
@@ -514,7 +528,14 @@ class NodeCore:
         """Keys of the invalid_proposal evidence this node reported itself at this height: the only such
         evidence it accepts in others' proposals (:meth:`_judge`)."""
         self._validated: OrderedDict[bytes, tuple[np.ndarray, bytes, bytes | None]] = OrderedDict()
-        self._unsolicited: OrderedDict[bytes, bytes] = OrderedDict()
+        self._unsolicited: OrderedDict[bytes, tuple[str, int, bytes]] = OrderedDict()  # digest -> (sender, height, blob)
+        self._unsolicited_by: Counter[str] = Counter()  # bytes held by sender
+        self._unsolicited_bytes = 0
+        self._unsolicited_peak = 0
+        self._unsolicited_peer_max = max(UNSOLICITED_PEER_BYTES_MIN, 4 * len(model_blob))
+        upload_dim = self._rules.upload_dim(model.shape[0])  # an update's blob is as long as a vector of it is
+        self._update_blob_len = len(model_blob) if upload_dim == model.shape[0] else len(
+            vector_to_blob(np.zeros(upload_dim, dtype=np.float32)))
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
         self._want_skew = 0  # extra turns of the asking rotation (ask_wanted without ticks)
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
@@ -743,6 +764,16 @@ class NodeCore:
         try:
             env = self._decoder.decode(data)
         except LedgerError:
+            env = None
+        return self.on_envelope(sender, env)
+
+    def on_envelope(self, sender: str, env: Envelope | None) -> list[NodeEffect]:
+        """:meth:`on_message` for a host that decoded the bytes itself (``node._wire.decode_envelope``, e.g. off its
+        event loop: the runtime does for large frames); ``env`` None: they did not decode (counted as malformed)."""
+        if sender not in self._ctx.members or sender == self._me:
+            self._dropped["non-member"] += 1
+            return self._flush()
+        if env is None:
             self._dropped["malformed"] += 1
             return self._flush()
         try:
@@ -755,7 +786,7 @@ class NodeCore:
             elif env.want is not None:
                 self._on_want(sender, env.want)
             elif env.blobs is not None:
-                self._on_blobs(env.blobs)
+                self._on_blobs(sender, env.blobs)
             elif env.have is not None:
                 self._on_have(sender, env.have)
             elif env.refused is not None:
@@ -779,7 +810,13 @@ class NodeCore:
             dropped=MappingProxyType(dict(sorted(self._dropped.items()))),
             evidence_pending=len(self._evidence),
             now_tick=self._now,
+            unsolicited_bytes=self._unsolicited_bytes,
+            unsolicited_peak=self._unsolicited_peak,
         )
+
+    def unsolicited_bounds(self) -> tuple[int, int]:
+        """``(per sender, in all)``: the most bytes of unasked blobs this node holds (:data:`UNSOLICITED_PEERS`)."""
+        return self._unsolicited_peer_max, UNSOLICITED_PEERS * self._unsolicited_peer_max
 
     @property
     def replica(self) -> Replica:
@@ -796,11 +833,11 @@ class NodeCore:
         simulator's nodes answer ``want`` messages from the same source), or None."""
         return self._servable(digest)
 
-    def on_fetched(self, blob: bytes) -> list[NodeEffect]:
-        """A blob the host fetched by digest on the core's behalf (it turned a ``want`` into a fetch): the same
-        as a ``blobs`` message carrying it (kept only if its digest is wanted or it may be used soon)."""
+    def on_fetched(self, blob: bytes, sender: str = "") -> list[NodeEffect]:
+        """A blob the host fetched by digest on the core's behalf (it turned a ``want`` into a fetch) from ``sender``:
+        the same as a ``blobs`` message carrying it (kept only if its digest is wanted or it may be used soon)."""
         try:
-            self._on_blobs((blob,))
+            self._on_blobs(sender, (blob,))
         except (LedgerError, InvalidUpdateError) as e:
             self._dropped[type(e).__name__] += 1
         self._progress()
@@ -1205,6 +1242,7 @@ class NodeCore:
                 if not self._blobs.has(d):
                     self._want.setdefault(d, self._now)
             self._ask_row_members(block.payload)
+        self._expire_unsolicited(block.height)
         self._round = _Round(plan, self._now)
         h = plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
@@ -1236,6 +1274,7 @@ class NodeCore:
         self._state = state
         self._algo_state, self._algo_state_missing = None, False
         self._model = None
+        self._expire_unsolicited(header.height)
         self._round = _Round(self._rules.plan(state, self._history), self._now)
         early, self._early, self._early_bytes = self._early, [], 0  # (nothing for a member outside the round)
         for sender, packet in early:
@@ -1332,9 +1371,11 @@ class NodeCore:
             # this node lags (the previous block or its model has not reached it yet; with lazy_outsiders, it
             # may still be catching up over the heights it slept through): keep the update for the round it is for
             # instead of losing it; it is checked in full when that round begins. Bounded in count and bytes, one
-            # per sender: an unchecked peer cannot make this buffer grow.
+            # per sender and of an update's size: an unchecked peer cannot make this buffer grow.
             size = len(packet.blob)
-            if (
+            if size != self._update_blob_len:
+                self._dropped["early update of the wrong size"] += 1
+            elif (
                 len(self._early) < EARLY_UPDATES_MAX
                 and self._early_bytes + size <= EARLY_UPDATE_BYTES_MAX
                 and all(snd != sender for snd, _ in self._early)
@@ -1356,6 +1397,9 @@ class NodeCore:
             update_sign_bytes(self._ctx.chain_id, c.peer, c.fl_round, c.digest, c.n_samples),
             what="update commitment",
         )
+        if len(packet.blob) != self._update_blob_len:  # (before hashing it: a peer's blob may be 256 MiB)
+            self._dropped["update blob of the wrong size"] += 1
+            return
         if sha256(packet.blob) != c.digest:
             self._dropped["update blob does not match its digest"] += 1
             return
@@ -1560,7 +1604,7 @@ class NodeCore:
         if have:
             self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))  # type: ignore[attr-defined]
 
-    def _on_blobs(self, blobs: Sequence[bytes]) -> None:
+    def _on_blobs(self, sender: str, blobs: Sequence[bytes]) -> None:
         for blob in blobs:
             d = sha256(blob)
             if d in self._want:
@@ -1573,9 +1617,7 @@ class NodeCore:
                     except (RemoteProtocolError, LedgerError, InvalidUpdateError) as e:
                         self._dropped[type(e).__name__] += 1
             else:
-                self._unsolicited[d] = blob
-                while len(self._unsolicited) > UNSOLICITED_BLOBS_MAX:
-                    self._unsolicited.popitem(last=False)
+                self._hold_unsolicited(sender, d, blob)
         sd = self._state.state_digest
         if self._algo_state_missing and sd is not None:
             self._algo_state = self._blob(sd)
@@ -1609,10 +1651,47 @@ class NodeCore:
     def _blob(self, digest: bytes) -> bytes | None:
         if self._blobs.has(digest):
             return self._blobs.get(digest)
-        blob = self._unsolicited.pop(digest, None)
-        if blob is not None:
-            self._blobs.put(blob)
-        return blob
+        held = self._unsolicited.get(digest)
+        if held is None:
+            return None
+        self._drop_unsolicited(digest)
+        self._blobs.put(held[2])
+        return held[2]
+
+    def _hold_unsolicited(self, sender: str, digest: bytes, blob: bytes) -> None:
+        """Keep a blob nobody asked for, within the bounds of :data:`UNSOLICITED_PEER_BYTES_MIN`."""
+        if digest in self._unsolicited:
+            return
+        size = len(blob)
+        if size > self._unsolicited_peer_max:
+            self._dropped["unsolicited blob over the bound"] += 1
+            return
+        self._unsolicited[digest] = (sender, self._round.plan.height, blob)
+        self._unsolicited_by[sender] += size
+        self._unsolicited_bytes += size
+        while self._unsolicited_by[sender] > self._unsolicited_peer_max:  # the sender's oldest first
+            self._drop_unsolicited(next(d for d, held in self._unsolicited.items() if held[0] == sender), evicted=True)
+        total_max = UNSOLICITED_PEERS * self._unsolicited_peer_max
+        while self._unsolicited_bytes > total_max or len(self._unsolicited) > UNSOLICITED_BLOBS_MAX:
+            self._drop_unsolicited(next(iter(self._unsolicited)), evicted=True)
+        self._unsolicited_peak = max(self._unsolicited_peak, self._unsolicited_bytes)
+
+    def _drop_unsolicited(self, digest: bytes, *, evicted: bool = False) -> None:
+        sender, _, blob = self._unsolicited.pop(digest)
+        self._unsolicited_by[sender] -= len(blob)
+        if not self._unsolicited_by[sender]:
+            del self._unsolicited_by[sender]
+        self._unsolicited_bytes -= len(blob)
+        if evicted:
+            self._dropped["unsolicited blob evicted"] += 1
+
+    def _expire_unsolicited(self, height: int) -> None:
+        """Round ``height`` ended: drop the unasked blobs that came before it began and were not used (kept while
+        this node catches up: a pushed model may be for the height it catches up to)."""
+        if self._unsolicited and not self._replica.behind:
+            for d in [d for d, held in self._unsolicited.items() if held[1] < height]:
+                self._drop_unsolicited(d)
+                self._dropped["unsolicited blob expired"] += 1
 
     def _want_blob(self, digest: bytes, *, ask: str | None = None) -> None:
         if digest in self._want or self._blob(digest) is not None:

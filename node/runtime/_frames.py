@@ -9,6 +9,7 @@ payload under ``read_base_s + size / read_bytes_per_s_min``. Each way a frame ca
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Callable
 from typing import Protocol
@@ -59,7 +60,9 @@ def encode_header(size: int) -> bytes:
 
 
 async def _read_exactly(stream: FrameStream, n: int) -> bytes:
-    chunks: list[bytes] = []
+    """``n`` bytes; a large payload comes in many chunks, copied one by one into a buffer of its size, so reading a
+    frame holds its size once (joining a list of chunks would hold it twice at the end: the chunks and the join)."""
+    buf: io.BytesIO | None = None
     remaining = n
     while remaining:
         try:
@@ -70,9 +73,15 @@ async def _read_exactly(stream: FrameStream, n: int) -> bytes:
             raise _EndOfStream(n - remaining)
         if len(chunk) > remaining:  # never seen; a library change must not desynchronise the framing
             raise _EndOfStream(n - remaining)
-        chunks.append(chunk)
+        if remaining == n and len(chunk) == n:
+            return chunk
+        if buf is None:
+            # bytes(n) is zero pages not yet touched (calloc); the only reference is the buffer's, so CPython writes
+            # the chunks in place and getvalue() hands the same object out, no copy
+            buf = io.BytesIO(bytes(n))
+        buf.write(chunk)
         remaining -= len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return buf.getvalue() if buf is not None else b""
 
 
 async def read_frame(

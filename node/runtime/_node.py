@@ -3,7 +3,11 @@
 The core decides; this module only executes its effects (DESIGN.md, "The network runtime"):
 
 * **Messages.** ``Transmit`` effects go to :class:`node.runtime._transport.Transport`, whose frames come back
-  into :meth:`NodeCore.on_message` (the transport authenticates the sender's peer id through Noise).
+  into :meth:`NodeCore.on_envelope` (the transport authenticates the sender's peer id through Noise). Frames
+  are decoded here (``node._wire.decode_envelope``: bounded, issue 31 item 3), those over
+  :data:`DECODE_INLINE_BYTES` in a worker thread (:data:`DECODES_MAX` at once), so that no frame holds the
+  event loop; one that does not decode is counted by the core (``malformed``) and charged to its sender as a
+  bad frame (its ban budget).
 * **Time.** One task maps the wall clock onto the core's ticks (``genesis.protocol.timeouts.tick_ms``):
   it calls :meth:`NodeCore.tick` once per elapsed tick, catching up at most :data:`CATCH_UP_TICKS_MAX`
   after a stall (the rest it only counts: :meth:`NodeCore.lose_ticks`). The core starts at the tick of the
@@ -52,14 +56,20 @@ from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
 from node.adversary import NodeAdversary
 from node._rounds import RoundHistory, RoundRules
-from node._wire import Envelope
+from node._wire import Envelope, decode_envelope
 from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from node.runtime._frames import FrameError
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
 
 __all__ = ["NodeOptions", "NodeRuntime", "Trainer", "run_node"]
 
 CATCH_UP_TICKS_MAX = 50
+DECODE_INLINE_BYTES = 256 << 10
+"""Frames up to this size are decoded on the event loop (a bounded decode refuses the worst of them in about a
+millisecond); larger ones in a worker thread."""
+DECODES_MAX = 2
+"""Large frames decoded at once (each holds its frame and what its decode builds: a few times its size at most)."""
 FETCHES_MAX = 4
 """Blob fetches in flight at once (each holds at most one blob of ``data_frame_max`` bytes)."""
 ARCHIVE_RETRY_TICKS = 5
@@ -289,6 +299,7 @@ class NodeRuntime:
         )
         self._fetching: set[bytes] = set()  # digests being fetched now
         self._fetch_slots = trio.CapacityLimiter(FETCHES_MAX)
+        self._decode_slots = trio.CapacityLimiter(DECODES_MAX)
         self.fetched = 0
         for name in ("libp2p", "node.runtime._transport"):  # their records go to our log only, one line each
             lg = logging.getLogger(name)
@@ -378,7 +389,7 @@ class NodeRuntime:
                     self._fetching.discard(digest)
                     if blob is not None:
                         self.fetched += 1
-                        self._execute(self.core.on_fetched(blob))
+                        self._execute(self.core.on_fetched(blob, peer))
         finally:
             self._fetching.difference_update(digests)
 
@@ -429,8 +440,24 @@ class NodeRuntime:
 
     # --- inputs ----------------------------------------------------------------------------------
 
-    def _on_frame(self, sender: str, data: bytes) -> None:
-        self._execute(self.core.on_message(sender, data))
+    def _on_frame(self, sender: str, data: bytes) -> Any:
+        """A frame from ``sender`` (the transport's ``on_frame``): decoded now, or, over :data:`DECODE_INLINE_BYTES`,
+        in a worker thread (then this returns the coroutine that does it, which the transport awaits)."""
+        if len(data) > DECODE_INLINE_BYTES:
+            return self._on_large_frame(sender, data)
+        self._deliver(sender, *_decode(data))
+        return None
+
+    async def _on_large_frame(self, sender: str, data: bytes) -> None:
+        async with self._decode_slots:
+            decoded = await trio.to_thread.run_sync(_decode, data)
+        del data  # the frame goes (a blob's bytes live on in the envelope) before the core handles it
+        self._deliver(sender, *decoded)
+
+    def _deliver(self, sender: str, env: Envelope | None, error: str) -> None:
+        self._execute(self.core.on_envelope(sender, env))
+        if env is None:
+            raise FrameError("malformed", error)  # the transport charges the sender a bad frame
 
     async def _clock(self) -> None:
         """One ``core.tick()`` per elapsed tick of wall time; after a stall at most ``CATCH_UP_TICKS_MAX`` at once
@@ -493,6 +520,8 @@ class NodeRuntime:
             "peers": len(self.transport.connected()),
             "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",
             "dropped": dict(st.dropped),
+            "unsolicited": {"bytes": st.unsolicited_bytes, "peak": st.unsolicited_peak,
+                            "bound": list(self.core.unsolicited_bounds())},
             "consensus_dropped": dict(rs.dropped),
             "view_changes": self.view_changes,
             "evidence": self.evidence,
@@ -585,6 +614,14 @@ class NodeRuntime:
         finally:
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
             self.store.close()
+
+
+def _decode(data: bytes) -> tuple[Envelope | None, str]:
+    """``(envelope, "")``, or ``(None, why)`` for bytes that do not decode (thread-safe: no memo)."""
+    try:
+        return decode_envelope(data), ""
+    except LedgerError as e:
+        return None, str(e)
 
 
 def _changed_limits(limits: TransportLimits) -> dict[str, Any]:

@@ -23,7 +23,11 @@ Design
   bounds the streams per peer, reads frames under deadlines, and hands each payload to ``on_frame`` (whose
   exceptions are logged and counted). A bad frame (oversized, empty, truncated, header or payload timeout)
   resets the stream and counts against the peer: more than ``bad_frames_max`` within
-  ``bad_frames_window_s`` bans the peer for ``ban_s`` (disconnected, refused, not dialled).
+  ``bad_frames_window_s`` bans the peer for ``ban_s`` (disconnected, refused, not dialled). ``on_frame`` may be
+  a coroutine function (the node decodes a large frame in a worker thread): the stream waits for it, with the
+  frame's bytes still counted in the peer's inbound budget, and the transport drops its own reference to the
+  frame first, so the handler can free it as soon as it is decoded. A handler that raises :class:`FrameError`
+  (the payload does not decode) charges the peer a bad frame too; the stream reads on.
 * Delivery is at most once and in order per (peer, protocol): a frame written into a connection that died
   unnoticed is lost (the core retransmits); frames queued while a peer is away go out when it is back.
   ``on_frame`` runs in the task that read the frame. Inbound counters are by protocol, not kind: the kind
@@ -251,7 +255,7 @@ class Transport:
         members: Collection[str],
         addresses: Mapping[str, Sequence[str]],
         listen: Sequence[str],
-        on_frame: Callable[[str, bytes], None],
+        on_frame: Callable[[str, bytes], Awaitable[None] | None],
         serve_blob: Callable[[bytes], bytes | None] | None = None,
         limits: TransportLimits = TransportLimits(),
         log: logging.Logger | None = None,
@@ -462,11 +466,18 @@ class Transport:
                 self._messages_in[channel.name] += 1
                 self._bytes_in[channel.name] += len(data)
                 try:
-                    self._on_frame(peer.id, data)
+                    pending = self._on_frame(peer.id, data)
+                    data = None  # not kept alive (up to a 256 MiB blob) while the handler decodes it or waits
+                    if pending is not None:
+                        await pending
+                except FrameError as bad:  # the payload did not decode: as bad as a broken frame
+                    self._log.warning("bad %s frame from %s: %s", channel.name, _short(peer.id), bad)
+                    self._bad_frame(peer, bad.reason)
                 except Exception:
                     self._dropped["on_frame_error"] += 1
                     self._log.exception("on_frame raised for a %s frame from %s", channel.name, _short(peer.id))
-                del data  # not kept alive (up to a 256 MiB blob) while this stream waits for its next frame
+                finally:
+                    data = pending = None
             finally:
                 peer.inbound_bytes -= reserved
                 reserved = 0

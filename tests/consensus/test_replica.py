@@ -278,6 +278,26 @@ def test_future_messages_are_held_in_a_bounded_buffer(four):
     assert s.dropped["buffer_full"] > 0 and cap.buffered == 0
 
 
+def test_future_messages_are_held_bounded_in_bytes_per_sender_and_in_all(four):
+    """Issue 31 item 4: a member's messages for later heights (up to a 16 MiB frame each) are bounded in bytes, per
+    sender and in all, not only in count; they go when their height is reached."""
+    c = four
+    r, prim = _backup(c)
+    vote = vote_message(c.keys[prim], c.genesis.chain_id, KIND_PREPARE, 2, 0, bytes(32))
+    size = len(vote.encode())
+    r._cfg = dataclasses.replace(r._cfg, buffered_bytes_max=10 * size, buffered_owner_bytes_min=4 * size)  # noqa: SLF001
+    others = [p for p in c.peers if p != r.peer_id]
+    for signer in others:
+        for i in range(20):
+            r.step(vote_message(c.keys[signer], c.genesis.chain_id, KIND_PREPARE, 2, 0, bytes([i]) * 32))
+    held = r._buffer  # noqa: SLF001
+    for signer in others:
+        assert sum(b.size for b in held if b.owner == signer) <= 4 * size
+    assert sum(b.size for b in held) == 10 * size  # 4 from each of the first two senders, 2 from the third
+    assert [sum(1 for b in held if b.owner == p) for p in others] == [4, 4, 2]
+    assert r.status().dropped["buffer_full"] == 3 * 20 - 10
+
+
 def test_propose_misuse_and_stale_proposals(four):
     c = four
     r, prim = _backup(c)

@@ -8,6 +8,8 @@ the one limit they test to well under a second; the others stay generous, so tha
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 import os
 import socket
@@ -489,6 +491,53 @@ async def test_on_frame_errors_are_logged_and_delivery_goes_on(caplog: pytest.Lo
         await eventually(lambda: seen == [b"boom", b"after"])
         assert b.stats.dropped == {"on_frame_error": 1}
         assert "on_frame raised" in caplog.text
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_an_async_handler_holds_its_stream_and_a_payload_it_refuses_is_a_bad_frame() -> None:
+    """``on_frame`` may return a coroutine (the node decodes a large frame in a worker thread): the stream's next
+    frame waits for it, others do not. A handler that raises ``FrameError`` (the payload does not decode) charges
+    the sender a bad frame; past the budget the sender is banned. The transport keeps no reference to the frame
+    while the handler runs."""
+    import sys  # noqa: PLC0415
+
+    from node.runtime._frames import FrameError  # noqa: PLC0415
+
+    order: list[bytes] = []
+    refs: list[int] = []
+    release = trio.Event()
+
+    def on_frame(sender: str, data: bytes) -> Any:
+        if data == b"bad":
+            raise FrameError("malformed", "does not decode")
+        if data != b"slow":
+            order.append(data)
+            return None
+
+        async def later(frame: bytes) -> None:
+            refs.append(sys.getrefcount(frame))  # this frame's local and the call's argument: nobody else's
+            await release.wait()
+            order.append(frame)
+
+        return later(data)
+
+    limits = replace(LIMITS, bad_frames_max=2)
+    async with trio.open_nursery() as nursery:
+        b, _, _ = await start(nursery, B, on_frame=on_frame, limits=limits)
+        a, _, _ = await start(nursery, A, addresses={B.peer_id: b.listen_addrs()})
+        a.send(B.peer_id, b"slow", "pbft")
+        a.send(B.peer_id, b"queued behind it", "pbft")
+        a.send(B.peer_id, b"other protocol", "update")
+        await eventually(lambda: order == [b"other protocol"])
+        await trio.sleep(0.2)
+        assert order == [b"other protocol"] and refs == [2]  # the msg stream waits for its slow frame
+        release.set()
+        await eventually(lambda: order == [b"other protocol", b"slow", b"queued behind it"])
+        for _ in range(3):
+            a.send(B.peer_id, b"bad", "pbft")
+        await eventually(lambda: b.stats.bans == 1)
+        assert b.stats.dropped["malformed"] == 3 and b.stats.banned == (A.peer_id,)
         nursery.cancel_scope.cancel()
 
 
