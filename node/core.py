@@ -1694,9 +1694,12 @@ class NodeCore:
                 self._dropped["unsolicited blob expired"] += 1
 
     def _want_blob(self, digest: bytes, *, ask: str | None = None) -> None:
-        if digest in self._want or self._blob(digest) is not None:
+        """Want ``digest``: ask ``ask`` (or a fellow validator) for it now, then the retry timer asks others in
+        turn. A blob already wanted is asked of ``ask`` again: a proposer that included it holds it, and under loss
+        the retry rotation (every member in turn) may take thousands of ticks to reach a holder."""
+        if self._blob(digest) is not None or (digest in self._want and (ask is None or ask == self._me)):
             return
-        self._want[digest] = self._now
+        self._want.setdefault(digest, self._now)
         target = ask if ask is not None and ask != self._me else None
         peers = [target] if target else [p for p in self._round.plan.committee if p != self._me][:1]
         for p in peers:
