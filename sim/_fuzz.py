@@ -27,6 +27,10 @@ Mutations by message kind (all of the envelope kinds of ``node._wire``):
   evidence, another model digest, fewer updates or another next committee, its header re-bound and
   re-signed; decided blocks with a changed payload.
 * ``want`` / ``blobs``: random or many digests; random, wrong-size or huge blobs.
+* ``have`` (commitments a validator tells the primary of): a commitment's digest or round changed (another
+  member's signature kept; its own re-signed), or 64 made-up commitments.
+* ``refused`` (a proposal relayed with the evidence of its refusal): its payload changed, or an honest primary's
+  genuine pre-prepare relayed instead (which must never become evidence against it).
 * any kind: a random change anywhere in the decoded tree, raw garbage, a replay of an earlier message.
 """
 
@@ -66,6 +70,8 @@ _SEMANTIC: dict[str, tuple[str, ...]] = {
              "vote_height", "decided_block", "other"),
     "want": ("digests",),
     "blobs": ("bad_blobs",),
+    "have": ("digest", "fl_round", "flood"),
+    "refused": ("payload", "honest"),
 }
 MUTATIONS = tuple(f"{k}.{m}" for k, ms in _SEMANTIC.items() for m in ms) + (
     "tree", "replay", "garbage", "drop", "duplicate", "spray")
@@ -238,7 +244,7 @@ class ByzantineFuzzer:
         if not isinstance(env, dict):
             return None
         r = self._rng
-        kind = next((k for k in ("update", "scores", "pbft", "want", "blobs") if env.get(k) is not None), None)
+        kind = next((k for k in _SEMANTIC if env.get(k) is not None), None)
         if semantic:
             if kind is None:
                 return None
@@ -353,6 +359,33 @@ class ByzantineFuzzer:
                 signed["height"] = max(0, signed["height"] + r.choice((-1, 1)))
         else:  # view changes, new views, sync requests, anything: a random change in the tree
             _tree_mutate(msg, r, self._members)
+        return True
+
+    def _semantic_have(self, frm: str, env: dict[str, Any], name: str) -> bool:
+        r = self._rng
+        have = env["have"]
+        if name == "flood":
+            env["have"] = [{"digest": r.randbytes(32), "fl_round": r.randrange(1, 1 << 20), "n_samples": r.randrange(1 << 20),
+                            "peer": r.choice(self._members), "signature": r.randbytes(64)} for _ in range(64)]
+        elif name == "digest":
+            r.choice(have)["digest"] = r.randbytes(32)
+        else:
+            c = r.choice(have)
+            c["fl_round"] = max(0, c["fl_round"] + r.choice((-1, 1)))
+        return True
+
+    def _semantic_refused(self, frm: str, env: dict[str, Any], name: str) -> bool:
+        r = self._rng
+        msg = env["refused"]
+        if name == "payload":
+            if not isinstance(msg.get("payload"), dict):
+                return False
+            msg["payload"]["model_digest"] = r.randbytes(32)
+            return True
+        honest = [m for q in self._honest_signed.values() for m in q if m.kind == "pre_prepare"]
+        if not honest:
+            return False
+        msg["signed"] = _thaw(r.choice(honest).to_value())  # type: ignore[attr-defined]
         return True
 
     def _semantic_want(self, frm: str, env: dict[str, Any], name: str) -> bool:

@@ -153,6 +153,23 @@ def test_fabricated_evidence_against_honest_peers_never_reaches_the_ledger(tmp_p
     assert sum(m.view for m in res.rounds) >= 1, "no proposal with fabricated evidence was refused"
 
 
+def test_tampered_have_and_refused_envelopes_accuse_nobody_and_stall_nothing(tmp_path, fuzz_totals):
+    """Issue 31's two new envelopes under a Byzantine minority: ``have`` (the update commitments a validator tells
+    the primary of) with changed digests or rounds, or 64 made-up commitments; ``refused`` (a proposal relayed with
+    the evidence of its refusal) with a changed payload, or an honest primary's genuine pre-prepare relayed as if it
+    had been refused. Every view-0 coordinator is corrupt from round 2 (so validators do relay refusals), and two
+    of the seven validators tamper with everything of these kinds they send."""
+    sc = _scenario("coordinator_corrupt", rounds=6)
+    spec = FuzzSpec(members=(1, 4), seed=5, rate=1.0,
+                    only=("have.digest", "have.fl_round", "have.flood", "refused.payload", "refused.honest"))
+    sim, res, _ = _fuzzed_run(sc, spec, tmp_path / "ledger", fuzz_totals)
+    counts = sim.fuzzer.counts
+    assert sum(v for k, v in counts.items() if k.startswith("have.")) > 0, counts
+    assert sum(v for k, v in counts.items() if k.startswith("refused.")) > 0, counts
+    # (the invariants - no evidence against an honest peer, every round committed, the audit - are _fuzzed_run's)
+    assert all(m.evidence >= 1 for m in res.rounds[1:]), "the corrupt coordinators' evidence still reaches the blocks"
+
+
 @pytest.mark.parametrize(("seed", "outsiders"), [(0, "headers"), (1, "headers"), (2, "lazy")])
 def test_byzantine_peers_against_members_that_follow_by_headers(tmp_path, fuzz_totals, seed, outsiders):
     """Members outside the round follow the chain by ``decided_header`` (``network.outsiders = "headers"``), or
