@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import math
 import struct
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -20,6 +21,17 @@ from ledger import DecodeError, decode, encode
 from ledger._encoding import Budget, scan
 
 HUGE = Budget(items=1 << 40, cost=1 << 60)
+_MEASURE = """
+import gc, sys, tracemalloc
+import msgpack
+data = sys.stdin.buffer.read()
+gc.collect()
+tracemalloc.start()
+built = msgpack.unpackb(data, raw=False, use_list=False)  # what msgpack's C code allocates runs under this line
+snapshot = tracemalloc.take_snapshot()
+tracemalloc.stop()
+print(sum(t.size for t in snapshot.filter_traces([tracemalloc.Filter(True, "<string>")]).traces))
+"""
 
 _scalars = (
     st.none()
@@ -197,16 +209,9 @@ def test_a_bomb_deep_inside_maps_is_refused_on_items():
 def test_the_cost_estimate_is_an_upper_bound(value):
     data = encode(value)
     estimate = scan(data, HUGE)
-    gc.collect()
-    tracemalloc.start()
-    only_here = [tracemalloc.Filter(True, __file__)]
-    before = tracemalloc.take_snapshot().filter_traces(only_here)
-    built = msgpack.unpackb(data, raw=False, use_list=False)
-    after = tracemalloc.take_snapshot().filter_traces(only_here)
-    tracemalloc.stop()
-    # what was allocated from this file (msgpack's C code runs under the call) between the two snapshots: not by
-    # any other thread meanwhile, nor what this module allocated before, should tracing have been on already (the
-    # parametrized values themselves were built here)
-    size = sum(d.size_diff for d in after.compare_to(before, "lineno") if d.size_diff > 0)
-    assert built is not None
+    # measured in a fresh interpreter: in a pytest worker that ran other tests first, this process's state (found
+    # once in a full run, not isolated) made the same measurement 12 times larger
+    out = subprocess.run([sys.executable, "-c", _MEASURE], input=data, capture_output=True, check=True, timeout=60)
+    size = int(out.stdout)
+    assert size > 0
     assert size <= estimate + 64, (size, estimate)

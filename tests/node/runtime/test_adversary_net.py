@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from consensus import score_row_blobs
+from consensus import sample_training_clients, score_row_blobs
 from ledger import genesis_committee, primary
 from ledger.store import open_ledger
 from sim import load_scenario
@@ -130,6 +130,13 @@ def test_selective_delivery_and_a_corrupt_coordinator_over_four_processes(tmp_pa
         assert [(ev.kind, ev.offender, ev.height) for ev in b.payload.evidence] == [("invalid_proposal", corrupt, h)]
     accused = {ev.offender for b in blocks for ev in b.payload.evidence}
     assert accused == {primary(committee, g.hash(), h, 0) for h in (7, 8)}
+    # item 1 over real processes: whatever the corrupt coordinators put in their proposals, and whichever view
+    # committed, each height's proposer and trainers are the genesis hash's and the height's alone
+    k = int(g.protocol.params["clients"])
+    for b in blocks:
+        h = b.header.height
+        assert b.header.proposer == primary(committee, g.hash(), h, b.header.view)
+        assert tuple(b.payload.record["clients"]) == sample_training_clients(g.member_ids, (), g.hash(), h, k)
 
 
 @pytest.fixture(autouse=True)
