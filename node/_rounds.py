@@ -7,13 +7,17 @@ is. ``node.core`` uses these functions to *build* its proposal and to *validate*
 implementation, so a proposal the committee accepted always re-executes in the audit.
 
 * **committee mode** (CMFL, seed_003): training clients ``S_b^t`` sampled from non-committee members by
-  the previous block hash; the score rows in ``payload.attestations`` decide ``S_a^t`` and
+  the genesis hash and the height; the score rows in ``payload.attestations`` decide ``S_a^t`` and
   ``S_c^{t+1}`` (``consensus.check_cmfl_payload``); the aggregate is eq. 5/6,
   ``w̄^{t+1} = w̄^t + Σ_{k∈S_a} (n_k / Σ_j n_j) Δ_k``.
-* **coordinator mode**: clients sampled from all members by the previous block hash (or, for paired
+* **coordinator mode**: clients sampled from all members by the genesis hash and the height (or, for paired
   experiments, by the genesis' ``protocol.params.sampling_seed``: see :func:`sampling_seed_of`); the
   strategy named in the genesis aggregates the included updates; the next committee is sampled from the
-  members with the seed ``H(prev_hash ‖ height)``.
+  members with the seed ``genesis_hash ‖ height``.
+
+No role and no random draw of a round reads a block hash: a proposer can grind its block's hash (its time, which
+evidence and updates it includes), so anything derived from it would be the proposer's choice (issue 31 item 1,
+``docs/sampling.md``). The aggregation rng (:func:`round_rng`) too comes from the genesis hash and the height.
 
 Both modes aggregate with the claimed sample counts capped at ``n_samples_cap`` times the round's median claim
 (:func:`n_samples_cap_of`, ``learning.cap_sample_counts``): a count is the client's own word, and the weight of
@@ -232,9 +236,11 @@ _PLANS_KEPT = 128
 by one (``NodeCore(lazy_outsiders=True)``), and each height's plan ranks every member by a hash."""
 
 
-def round_rng(prev_hash: bytes, height: int) -> np.random.Generator:
-    """The aggregation rng of a round: derived from the previous block, identical at every validator."""
-    seed = hash_tagged(b"concilium-round-rng/v1", prev_hash + struct.pack(">Q", height))
+def round_rng(genesis_hash: bytes, height: int) -> np.random.Generator:
+    """The aggregation rng of a round (a robust aggregator's random start, FedAsync's processing order), identical at
+    every validator: from the genesis hash and the height, never the previous block's hash, which its proposer could
+    grind to pick the draw (issue 31 item 1; ``v1`` read the previous block's hash)."""
+    seed = hash_tagged(b"concilium-round-rng/v2", genesis_hash + struct.pack(">Q", height))
     return np.random.Generator(np.random.PCG64(int.from_bytes(seed[:16], "big")))
 
 
@@ -433,7 +439,7 @@ class RoundRules:
             base_models=MappingProxyType(base),
             public=self.public,
         )
-        return self.strategy.aggregate(info, model, ups, state=algo_state, rng=round_rng(state.head_hash, h))
+        return self.strategy.aggregate(info, model, ups, state=algo_state, rng=round_rng(self.ctx.genesis_hash, h))
 
     def coordinator_record(self, plan: RoundPlan, result: AggregateResult) -> dict[str, Any]:
         return {"algorithm": self.genesis.protocol.algorithm, "clients": list(plan.trainers), **dict(result.record)}

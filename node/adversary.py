@@ -13,7 +13,9 @@ fixed points and does not know which attack, if any, runs):
   primary), ``omit_rows`` (as a CMFL primary, it builds its proposal without one of the score rows it holds, to steer
   the election: :func:`omitted_rows`);
   ``clock`` (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time and
-  judges others' block times by it; issue 31 item 5);
+  judges others' block times by it; issue 31 item 5); ``grind`` (as a primary, it tries up to ``tries`` block times
+  within the validators' drift and proposes the first whose block hash would have made it the next height's primary
+  under the rule before issue 31, which seeded the primary with the previous block's hash: :func:`ground_time`);
 * **update attacks** of Byzantine clients (``learning.parse_update_attack``) are applied by the host to the
   client's own upload (:func:`attack_update`), and so is a claimed sample count (the scenario's
   ``adversary.n_samples``: the count it signs instead of its own; issue 31 item 7).
@@ -32,23 +34,24 @@ from typing import Any
 import numpy as np
 
 from consensus import KIND_COMMIT, KIND_PREPARE, parse_score_row, sign_score_row, vote_message
-from ledger import KeyPair, Payload, primary, sha256, sign_update
+from ledger import BlockHeader, KeyPair, Payload, primary, sha256, sign_update
 from learning import vector_to_blob
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
 from node.core import Behavior
 
 __all__ = [
     "FAULT_KINDS", "SKIPPED_KINDS", "Fault", "FaultPlan", "NodeAdversary", "corrupt_proposal", "equivocate",
-    "lying_distances", "omitted_rows",
+    "grind_for_next_primary", "ground_time", "lying_distances", "omitted_rows",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows", "grind")
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     """One fault: ``kind`` on ``peer`` (None: whoever coordinates the height) from ``from_round`` to
-    ``until_round`` (0: for ever); ``delay_ms`` for a ``delay``, ``skew_ms`` for a ``clock``."""
+    ``until_round`` (0: for ever); ``delay_ms`` for a ``delay``, ``skew_ms`` for a ``clock``, ``tries`` for a
+    ``grind``."""
 
     kind: str
     peer: str | None
@@ -56,6 +59,7 @@ class Fault:
     delay_ms: float = 0.0
     until_round: int = 0
     skew_ms: int = 0
+    tries: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -91,6 +95,38 @@ class FaultPlan:
     def skew_ms(self, peer: str, height: int, coordinator: Callable[[], str | None]) -> int:
         """How far ``peer``'s clock runs ahead (negative: behind) at ``height``."""
         return sum(f.skew_ms for f in self.faults if f.kind == "clock" and self._hits(f, peer, height, coordinator))
+
+    def tries(self, peer: str, height: int, coordinator: Callable[[], str | None]) -> int:
+        """How many block times ``peer`` grinds through per proposal at ``height`` (0: it does not grind)."""
+        return max((f.tries for f in self.faults if f.kind == "grind" and self._hits(f, peer, height, coordinator)),
+                   default=0)
+
+
+def ground_time(
+    time_ms: int, latest_ms: int, tries: int, header_at: Callable[[int], BlockHeader], wins: Callable[[BlockHeader], bool]
+) -> tuple[int, int, bool]:
+    """A grinding primary's block time: ``time_ms, time_ms + 1, …`` (up to ``tries`` of them, none past
+    ``latest_ms``), the first whose block header (``header_at(t)``) ``wins``, else ``time_ms``. Returns ``(time, tried, won)``.
+
+    What it grinds for is the attacker's goal (``wins``); the chain rules since issue 31 item 1 read no block hash
+    for any role or draw, so whatever it picks, the next heights' primaries, committees and trainers are those of the
+    genesis hash and the height (``tests/sim/test_grinding_sim.py``, ``tests/node/runtime/test_adversary_net.py``)."""
+    tried = 0
+    for t in range(time_ms, min(latest_ms, time_ms + tries - 1) + 1):
+        tried += 1
+        if wins(header_at(t)):
+            return t, tried, True
+    return time_ms, tried, False
+
+
+def grind_for_next_primary(
+    me: str, time_ms: int, latest_ms: int, tries: int, header_at: Callable[[int], BlockHeader], payload: Payload
+) -> tuple[int, int, bool]:
+    """:func:`ground_time` for the goal of the attack issue 31 measured: be the primary of the next height under the
+    rule before it, ``primary(next committee, this block's hash, height + 1, 0)``."""
+    def wins(hd: BlockHeader) -> bool:
+        return primary(payload.next_committee, hd.hash(), hd.height + 1, 0) == me
+    return ground_time(time_ms, latest_ms, tries, header_at, wins)
 
 
 def corrupt_proposal(payload: Payload, model: np.ndarray, rng: np.random.Generator) -> tuple[Payload, np.ndarray, bytes]:
@@ -218,6 +254,16 @@ class NodeAdversary(Behavior):
         if skew:
             self.counts["skewed"] += 1
         return now_ms + skew
+
+    def proposal_time(self, time_ms: int, latest_ms: int, header_at: Callable[[int], BlockHeader], payload: Payload) -> int:
+        tries = self._plan.tries(self._me, self._height(), self._coordinator) if self._plan else 0
+        if not tries:
+            return time_ms
+        t, tried, won = grind_for_next_primary(self._me, time_ms, latest_ms, tries, header_at, payload)
+        self.counts["ground"] = self.counts.get("ground", 0) + tried
+        self.counts["ground_proposals"] = self.counts.get("ground_proposals", 0) + 1
+        self.counts["ground_wins"] = self.counts.get("ground_wins", 0) + int(won)
+        return t
 
     @property
     def silent(self) -> bool:

@@ -93,6 +93,7 @@ from ledger import (
     block_time_window,
     encode,
     genesis_state,
+    make_header,
     primary,
     sha256,
     sign_update,
@@ -260,6 +261,12 @@ class Behavior:
         """What this node's clock reads when a right one reads ``now_ms`` (a node whose clock runs ahead or behind
         changes it): the time it stamps its proposals with, and judges others' block times against."""
         return now_ms
+
+    def proposal_time(self, time_ms: int, latest_ms: int, header_at: Callable[[int], BlockHeader], payload: Payload) -> int:
+        """The block time this primary proposes ``payload`` with: ``time_ms`` (its clock, or the previous block's
+        time if later). A grinding primary tries others, up to ``latest_ms`` (what the validators' clocks accept),
+        and looks at the header each would give (``header_at``)."""
+        return time_ms
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -950,7 +957,13 @@ class NodeCore:
         self._blobs.put(model_blob)
         self._remember_validated(payload.model_digest, model, model_blob, self._proposed_state)
         r.proposed_views.add(view)
-        time_ms = max(self._state.time_ms, self.clock_ms())
+        clock = self.clock_ms()
+        time_ms = max(self._state.time_ms, clock)
+        # a validator a tick behind this clock accepts up to its own clock + tick + drift: this clock + drift
+        latest = block_time_window(self._genesis, clock)[1] - self._timeouts.tick_ms
+        time_ms = self._behavior.proposal_time(time_ms, latest, lambda t: make_header(
+            chain_id=self._genesis.chain_id, height=r.plan.height, prev_hash=self._state.head_hash, view=view,
+            proposer=self.peer_id, time_ms=t, payload=payload), payload)
         try:
             effects = self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms)
         except LocalProtocolError:

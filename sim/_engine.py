@@ -34,6 +34,7 @@ import torch
 from consensus import LocalProtocolError, ReplicaConfig, score_row_blobs
 from ledger import (
     Block,
+    BlockHeader,
     ChainContext,
     Genesis,
     Payload,
@@ -53,7 +54,9 @@ from learning import (
     vector_to_blob,
 )
 from node import Terminated
-from node.adversary import SKIPPED_KINDS, Fault, FaultPlan, corrupt_proposal, equivocate, lying_distances, omitted_rows
+from node.adversary import (
+    SKIPPED_KINDS, Fault, FaultPlan, corrupt_proposal, equivocate, grind_for_next_primary, lying_distances, omitted_rows,
+)
 from node.core import (
     PURPOSE_UPDATE,
     Behavior,
@@ -171,6 +174,9 @@ class SimResult:
     consensus_by_round: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     """Per committed round: the ``pbft`` kind's messages split by consensus message kind (``node.Transmit.detail``:
     ``pre_prepare``, ``prepare``, ``commit``, ``decided``, ``decided_header``, ``header_sync_request``, ...)."""
+    ground: list[tuple[int, int, bool]] = field(default_factory=list)
+    """A ``grind`` fault's proposals: ``(height, block times tried, won)``, where ``won`` means the chosen time's
+    block hash would have made the grinder the next primary under the rule before issue 31."""
 
 
 class _Adversary(Behavior):
@@ -204,6 +210,15 @@ class _Adversary(Behavior):
 
     def clock(self, now_ms: int) -> int:
         return now_ms + self.sim._clock_skew_ms(self.peer)
+
+    def proposal_time(self, time_ms: int, latest_ms: int, header_at: Callable[[int], BlockHeader], payload: Payload) -> int:
+        sim = self.sim
+        tries = sim.fault_plan.tries(self.peer, sim._height(), sim._coordinator_now) if sim.fault_plan else 0
+        if not tries:
+            return time_ms
+        t, tried, won = grind_for_next_primary(self.peer, time_ms, latest_ms, tries, header_at, payload)
+        sim.ground.append((header_at(t).height, tried, won))
+        return t
 
 
 
@@ -389,7 +404,8 @@ class Simulation:
             self.test = self.test.to(self.trainer.device)
             self.asr_data = None if self.asr_data is None else self.asr_data.to(self.trainer.device)
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
-        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round, f.skew_ms) for target, f in self._faults])
+        self.ground: list[tuple[int, int, bool]] = []  # a grind fault's proposals (SimResult.ground)
+        self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round, f.skew_ms, f.tries) for target, f in self._faults])
         # --- the strategy's client side (coordinator mode), availability, public split
         self.strategy: Strategy | None = world.strategy
         self.public_eval = world.public_eval()
@@ -1157,4 +1173,5 @@ class Simulation:
             final_asr=next((m.asr for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan),
             traffic_by_round=list(self.traffic_by_round),
             consensus_by_round=list(self.consensus_by_round),
+            ground=list(self.ground),
         )

@@ -39,7 +39,8 @@ Example (``scenarios/quickstart.toml``)::
     n_samples = 0                                    # a sample count they sign instead of their own (0: their own)
     [[adversary.faults]]
     target = "coordinator"                           # or "member:3"
-    kind = "corrupt"                                 # drop | delay | corrupt | equivocate | clock (skew_ms)
+    kind = "corrupt"                                 # drop | delay | corrupt | equivocate | clock (skew_ms) |
+                                                     # skip_primary | omit_rows | grind (tries)
     from_round = 2
 
     [risk]                                           # what `testnet init` assumes (RiskSection)
@@ -84,7 +85,9 @@ __all__ = [
     "resolve_scenario",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows")
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows", "grind")
+GRIND_TRIES_MAX = 1_000_000
+"""A ``grind`` fault's block times per proposal (each a header hash: about a second of CPU per 100,000)."""
 MODEL_PUSH = ("all", "participants")
 OUTSIDERS = ("blocks", "headers", "lazy")
 
@@ -363,7 +366,9 @@ class FaultConfig:
     (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time, which the
     validators refuse beyond their own clock plus the genesis' ``time_drift_ms``, and judges block times by it),
     ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
-    ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election)."""
+    ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election),
+    ``grind`` (as a primary, it tries up to ``tries`` block times within the validators' drift for one whose hash
+    would have made it the next primary under the rule before issue 31: ``node.adversary.ground_time``)."""
 
     target: str
     kind: str
@@ -373,6 +378,8 @@ class FaultConfig:
     delay_ms: float = 0.0
     skew_ms: int = 0
     """A ``clock`` fault: how far its clock runs ahead (ms; negative: behind), in ``[-(2^63 - 1), 2^63 - 1]``."""
+    tries: int = 0
+    """A ``grind`` fault: block times it tries per proposal, in ``[1, GRIND_TRIES_MAX]``."""
 
     def __post_init__(self) -> None:
         _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
@@ -384,6 +391,8 @@ class FaultConfig:
         _check_ms("delay_ms", self.delay_ms)
         _check(abs(self.skew_ms) <= TIME_MS_MAX, "skew_ms must be in [-(2^63 - 1), 2^63 - 1]")
         _check((self.kind == "clock") == (self.skew_ms != 0), "a clock fault needs skew_ms != 0, and only it takes one")
+        _check(0 <= self.tries <= GRIND_TRIES_MAX, f"tries must be in [1, {GRIND_TRIES_MAX}]")
+        _check((self.kind == "grind") == (self.tries != 0), "a grind fault needs tries >= 1, and only it takes one")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -422,7 +422,7 @@ def network_adversary(world: World, genesis: Genesis, key: KeyPair) -> Any:
             if i not in by_index:
                 raise ValueError(f"fault target member:{i} does not exist ({len(by_index)} members)")
             peer = by_index[i]
-        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round, f.skew_ms))
+        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round, f.skew_ms, f.tries))
     return NodeAdversary(
         key=key, chain_id=genesis.chain_id, plan=FaultPlan(plan),
         rng_for=lambda peer, h: world.rng.child("corrupt", peer, h).numpy(),

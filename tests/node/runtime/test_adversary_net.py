@@ -8,8 +8,8 @@
   every ledger verifies with re-execution (the committee's scores and selection are re-executed, and every score
   row is recomputed from the blobs each node's archive fetched: the members' references and every scored update).
 
-* Coordinator mode, 4 processes (issue 31): a member skipping the primary with its updates, and corrupt
-  coordinators whose evidence must reach the block of their own height.
+* Coordinator mode, 4 processes (issue 31): a member skipping the primary with its updates and grinding its block
+  times, and corrupt coordinators whose evidence must reach the block of their own height.
 
 All are ``slow`` (real timeouts, 7 processes on 2 cores): ``pytest -m slow tests/node/runtime``.
 """
@@ -101,9 +101,11 @@ def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: 
 
 
 @pytest.mark.slow  # about 70 s on 2 cores
-def test_selective_delivery_and_a_corrupt_coordinator_over_four_processes(tmp_path: Path) -> None:
-    """Issue 31 items 6 and 10 with real processes: member 3 skips the view-0 primary with its updates every round
-    (``skip_primary``), and the coordinators of rounds 7-8 propose corrupt aggregates. The rounds without a corrupt
+def test_selective_delivery_grinding_and_a_corrupt_coordinator_over_four_processes(tmp_path: Path) -> None:
+    """Issue 31 items 6, 10 and 1 with real processes: member 3 skips the view-0 primary with its updates every round
+    (``skip_primary``) and, whenever it proposes, grinds up to 3,000 block times for a hash that would have made it the
+    next primary under the rule before issue 31 (``grind``); the coordinators of rounds 7-8 propose corrupt
+    aggregates. The rounds without a corrupt
     coordinator commit at view 0 (>= 95 %: all 8 here) with member 3's update in, each corrupt proposal's evidence is
     in the block of its own height (whoever proposes it), nobody else is accused, and the ledgers verify with
     re-execution and agree (``_testnet``)."""
@@ -137,6 +139,15 @@ def test_selective_delivery_and_a_corrupt_coordinator_over_four_processes(tmp_pa
         h = b.header.height
         assert b.header.proposer == primary(committee, g.hash(), h, b.header.view)
         assert tuple(b.payload.record["clients"]) == sample_training_clients(g.member_ids, (), g.hash(), h, k)
+    # member 3 ground whenever it proposed, and its blocks carry hashes that would have made it the next primary
+    # under the rule before issue 31 (the chain seed was the previous block's hash); the chain ignored them
+    nodes = [json.loads(line) for p in sorted((out / "nodes").glob("node-*"))
+             for line in (p / "node.log").read_text().splitlines() if '"event": "stopped"' in line]
+    counts = nodes[3]["status"].get("adversary", {})
+    assert counts.get("ground_proposals", 0) >= 1 and counts.get("ground_wins", 0) >= 1, counts
+    won = [b for b in blocks if b.header.proposer == skipper
+           and primary(b.payload.next_committee, b.hash(), b.header.height + 1, 0) == skipper]
+    assert won, [(b.header.height, b.header.proposer) for b in blocks]
 
 
 @pytest.fixture(autouse=True)
