@@ -216,7 +216,8 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
     p = scenario.protocol  # the genesis' members, committee, quorum, mode and fl_rounds (= scenario.rounds)
     risk = check_risk(args, members=scenario.members, committee_size=p.committee_size, quorum=p.quorum, mode=p.mode,
                       params=p.params, planned_rounds=scenario.rounds, scenario_risk=scenario.risk,
-                      what=f"{path}: protocol.committee_size {p.committee_size}")
+                      what=f"{path}: protocol.committee_size {p.committee_size}",
+                      redraw=p.params.get("redraw_ticks") != 0)  # (absent: the genesis default re-draws)
     with results_folder(args.out, force=args.force) as out:
         (out / "scenario.toml").write_bytes(path.read_bytes() if not getattr(args, "nodes", None) else _scenario_bytes(scenario))
         try:

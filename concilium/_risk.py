@@ -79,6 +79,10 @@ def unit_interval(*, open_low: bool = False) -> Callable[[str], float]:
     return parse
 
 
+REDRAWS_FROM_GENESIS = -1
+"""``--redraws`` not given: unbounded where the genesis re-draws (its ``redraw_ticks`` > 0, the default), else 0."""
+
+
 def redraws_arg(text: str) -> int | None:
     """An argparse type: re-draws per committee, an int in [0, REDRAWS_MAX] or ``unbounded``."""
     if text == "unbounded":
@@ -109,9 +113,10 @@ def add_risk_arguments(
     g.add_argument("--risk-budget", type=unit_interval(), default=None, metavar="P",
                    help="highest accepted probability of a Byzantine quorum over the run"
                         + from_where.format(RISK_BUDGET_DEFAULT))
-    g.add_argument("--redraws", type=redraws_arg, default=0, metavar="K|unbounded",
-                   help="re-draws per committee that Byzantine members can force by abstaining, where the chain "
-                        "re-draws a committee that cannot reach quorum (default 0)")
+    g.add_argument("--redraws", type=redraws_arg, default=REDRAWS_FROM_GENESIS, metavar="K|unbounded",
+                   help="re-draws per committee that Byzantine members can force by abstaining (a chain re-draws a "
+                        "height's committee after protocol.params.redraw_ticks without a decision; default: "
+                        "unbounded, or 0 where the genesis sets redraw_ticks = 0)")
     if refuses:
         g.add_argument("--accept-risk", action="store_true",
                        help="write the genesis even when the risk is over the budget"
@@ -131,9 +136,13 @@ class RiskAssumptions:
     accept: bool
 
 
-def assumptions_from(args: argparse.Namespace, *, planned_rounds: int, scenario_risk: Any = None) -> RiskAssumptions:
+def assumptions_from(
+    args: argparse.Namespace, *, planned_rounds: int, scenario_risk: Any = None, redraw: bool = True
+) -> RiskAssumptions:
     """The assumptions of ``args`` (flags of :func:`add_risk_arguments`), else the scenario's ``[risk]`` table, else
-    the defaults; ``planned_rounds`` is the genesis' ``fl_rounds`` (0: until stopped)."""
+    the defaults; ``planned_rounds`` is the genesis' ``fl_rounds`` (0: until stopped); ``redraw``: whether the
+    genesis re-draws a committee that cannot reach quorum (``ledger.ProtocolParams.redraw_ticks`` > 0), which makes
+    the default ``--redraws`` unbounded."""
     fraction = args.byzantine_fraction
     if fraction is None:
         fraction = Fraction(repr(scenario_risk.byzantine_fraction if scenario_risk else BYZANTINE_FRACTION_DEFAULT))
@@ -147,8 +156,11 @@ def assumptions_from(args: argparse.Namespace, *, planned_rounds: int, scenario_
     else:
         rounds, rounds_from = RISK_ROUNDS_DEFAULT, "fl_rounds = 0 runs until stopped: the default"
     accept = bool(getattr(args, "accept_risk", False) or (scenario_risk is not None and scenario_risk.accept))
+    redraws = args.redraws
+    if redraws == REDRAWS_FROM_GENESIS:
+        redraws = None if redraw else 0
     return RiskAssumptions(fraction=fraction, rounds=rounds, rounds_from=rounds_from, budget=budget,
-                           redraws=args.redraws, accept=accept)
+                           redraws=redraws, accept=accept)
 
 
 def assess(
@@ -204,7 +216,8 @@ def risk_lines(
             f"  committee of {risk.committee_size}: a Byzantine quorum (>= {risk.safety_seats} seats) per draw "
             f"{_p(risk.safety_per_draw)}, over the run {_p(risk.safety)}: {verdict} {a.budget:g}",
             f"  committee of {risk.committee_size}: seats to block it (>= {risk.liveness_seats}) per draw "
-            f"{_p(risk.liveness_per_draw)}, over the run {_p(risk.liveness)}",
+            f"{_p(risk.liveness_per_draw)}, " + ("over the run" if a.redraws == 0 else "for good over the run")
+            + f" {_p(risk.liveness)}" + ("" if a.redraws == 0 else " (a blocked draw stalls its height redraw_ticks)"),
         ]
     lines.append(f"  smallest committee within {a.budget:g} over the run: {_size(rec.safety_size, rec.members)} "
                  f"(safety), {_size(rec.liveness_size, rec.members)} (liveness); the risk is not monotone in the size")
@@ -222,12 +235,14 @@ def check_risk(
     planned_rounds: int,
     what: str,
     scenario_risk: Any = None,
+    redraw: bool = True,
 ) -> list[str]:
     """The check before a genesis is written: the report's lines, or :class:`RiskOverBudget` (after printing them)
     when the safety risk over the run exceeds the budget and it is not accepted. ``what`` names the committee size
-    in the error (``--committee-size 4``)."""
+    in the error (``--committee-size 4``); ``redraw``: the genesis re-draws a committee short of quorum
+    (:func:`assumptions_from`)."""
     epoch = epoch_of(params, mode)
-    a = assumptions_from(args, planned_rounds=planned_rounds, scenario_risk=scenario_risk)
+    a = assumptions_from(args, planned_rounds=planned_rounds, scenario_risk=scenario_risk, redraw=redraw)
     risk, rec = assess(members=members, committee_size=committee_size, quorum=quorum, mode=mode,
                        committee_epoch=epoch, a=a)
     assert risk is not None

@@ -229,7 +229,7 @@ def cmd_genesis_create(args: argparse.Namespace) -> int:
     what = f"--committee-size {p.committee_size}" + ("" if args.committee_size else " (the default, min(4, members))")
     try:
         lines = check_risk(args, members=len(members), committee_size=p.committee_size, quorum=p.quorum, mode=p.mode,
-                           params=p.params, planned_rounds=p.fl_rounds, what=what)
+                           params=p.params, planned_rounds=p.fl_rounds, what=what, redraw=p.redraw_ticks > 0)
     except ValueError as e:  # a bad protocol.params.committee_epoch
         raise CliError(f"--param {e}") from None
     _write_atomic(args.out, dump_genesis(genesis), overwrite=args.force)
@@ -249,6 +249,7 @@ def cmd_genesis_risk(args: argparse.Namespace) -> int:
         g = load_genesis(args.genesis)
         members, size, p = len(g.members), g.protocol.committee_size, g.protocol
         mode, quorum, params, planned = p.mode, p.quorum, dict(p.params), p.fl_rounds
+        redraw = p.redraw_ticks > 0
     elif args.members is None:
         raise CliError("genesis risk needs a genesis file or --members")
     else:
@@ -259,7 +260,8 @@ def cmd_genesis_risk(args: argparse.Namespace) -> int:
         if mode == COMMITTEE_MODE and args.committee_epoch is not None:
             raise CliError("--committee-epoch: applies to coordinator mode only (committee mode elects its committees)")
         params = {} if args.committee_epoch is None else {"committee_epoch": args.committee_epoch}
-    a = assumptions_from(args, planned_rounds=planned)
+        redraw = True  # (a genesis re-draws by default)
+    a = assumptions_from(args, planned_rounds=planned, redraw=redraw)
     try:
         epoch = epoch_of(params, mode)
         risk, rec = assess(members=members, committee_size=size, quorum=quorum, mode=mode, committee_epoch=epoch, a=a)

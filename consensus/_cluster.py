@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ledger import (
+    ATTEMPT_VIEWS,
     COMMITTEE_MODE,
     Block,
     ChainContext,
@@ -208,6 +209,11 @@ class Cluster:
     resume:
         Call :meth:`Replica.resume` once a ``Commit`` is applied, as the node does (the default); else the
         held input waits for the next delivery or tick (a host that never calls it).
+    redraw_ticks:
+        The genesis' ``protocol.params.redraw_ticks`` (``ledger.ATTEMPT_VIEWS``): a height not decided within that
+        many ticks moves to a committee re-drawn from every member; a block of such an attempt names that committee
+        as the next one (unless ``rotate``). 0: never; None (the default): the genesis default (7,500 ticks with
+        the default timeouts: no sweep runs that long).
     """
 
     def __init__(
@@ -226,6 +232,7 @@ class Cluster:
         auto_propose: bool = True,
         check: bool = True,
         resume: bool = True,
+        redraw_ticks: int | None = None,
     ) -> None:
         byzantine = dict(byzantine or {})
         n = size if members is None else members
@@ -240,6 +247,7 @@ class Cluster:
             "rotate": rotate,
             "epoch": epoch,
             "resume": resume,
+            "redraw_ticks": redraw_ticks,
         }
         self.seed = seed
         self.rng = SplitMix64(seed)
@@ -257,7 +265,8 @@ class Cluster:
             genesis_time_ms=0,
             members=tuple(Member(peer_id=k.peer_id, public_key=k.public_key) for k in keys),
             protocol=ProtocolParams(
-                mode=COMMITTEE_MODE, algorithm="cluster", committee_size=size, quorum=quorum, timeouts=Timeouts(tick_ms=TICK_MS)
+                mode=COMMITTEE_MODE, algorithm="cluster", committee_size=size, quorum=quorum, timeouts=Timeouts(tick_ms=TICK_MS),
+                params={} if redraw_ticks is None else {"redraw_ticks": redraw_ticks},
             ),
             model=ModelSpec(name="cluster", digest=sha256(b"cluster-model-0")),
         )
@@ -327,8 +336,11 @@ class Cluster:
     def expected_model(self, prev_hash: bytes, height: int) -> bytes:
         return hash_tagged(b"cluster-model", prev_hash + height.to_bytes(8, "big"))
 
-    def expected_committee(self, state: ChainState) -> tuple[str, ...]:
-        """Next committee after ``state``'s successor: fixed, or re-sampled with at most ``f`` Byzantine."""
+    def expected_committee(self, state: ChainState, view: int = 0) -> tuple[str, ...]:
+        """Next committee after ``state``'s successor decided in ``view``: fixed (the re-drawn one, decided in a
+        later committee attempt), or re-sampled with at most ``f`` Byzantine."""
+        if not self.rotate and view >= ATTEMPT_VIEWS:
+            return self.ctx.view_committee(state, state.height + 1, view)
         if not self.rotate or (state.height + 1) % self.epoch:
             return state.committee
         c = self.genesis.protocol.committee_size
@@ -343,7 +355,7 @@ class Cluster:
         return Payload(
             updates=(),
             model_digest=self.expected_model(state.head_hash, state.height + 1),
-            next_committee=self.expected_committee(state),
+            next_committee=self.expected_committee(state, view),
             record={"proposer": proposer, "view": view},
         )
 
@@ -357,7 +369,7 @@ class Cluster:
                 reason = "cannot re-execute (update blobs missing)"
             elif p.payload.model_digest != self.expected_model(st.head_hash, st.height + 1):
                 reason = "aggregate differs from re-execution (model digest)"
-            elif p.payload.next_committee != self.expected_committee(st):
+            elif p.payload.next_committee != self.expected_committee(st, p.header.view):
                 reason = "next committee differs from the election"
             if reason is None:
                 self.validations.setdefault(p.block_hash, set()).add(peer)
@@ -805,7 +817,9 @@ class Cluster:
             self._verified[key] = after
             if block.certificate.view != block.header.view:
                 self.later_view_commits += 1
-            committee = set(before.committee)
+            # validated by the committee it was proposed in (a block carried into a later committee attempt by a view
+            # change was validated there; the later committee only certified it)
+            committee = set(self.ctx.view_committee(before, h, block.header.view))
             need = self.ctx.quorum(len(committee)) - len(committee & set(self.byzantine))
             ok = self.validations.get(bh, set()) & committee
             if len(ok) < need:

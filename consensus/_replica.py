@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ledger import (
+    ATTEMPT_VIEWS,
     Block,
     BlockHeader,
     Certificate,
@@ -159,7 +160,7 @@ DURABLE_BYTES_MAX = 256 << 20
 """Largest :meth:`Replica.durable` record a replica restores from (a local file: a bound on memory)."""
 _HEADER_OWNER = "#header"
 """The owner under which a lazy replica holds decided headers of later heights (no member id starts with '#')."""
-_DURABLE_VIEW_MAX = 1 << 32  # a view no replica reaches (each one waits longer than the last)
+_DURABLE_VIEW_MAX = 1 << 62  # a view no replica reaches (each view waits longer, each attempt redraw_ticks)
 _KIND_ORDER = {KIND_VIEW_CHANGE: 0, KIND_NEW_VIEW: 1, KIND_PRE_PREPARE: 2, KIND_PREPARE: 3, KIND_COMMIT: 4}
 """The order in which a replica signs its messages of one view (entering it, then the normal case)."""
 
@@ -288,6 +289,9 @@ class ReplicaStatus:
     duplicates: int
     refusals: tuple[Refusal, ...]
     """The last ``refusals_kept`` refused proposals."""
+    attempt: int = 0
+    """The committee attempt at this height (``ledger.ATTEMPT_VIEWS``): 0 until the height outlasts the genesis'
+    ``redraw_ticks``, then the re-drawn committee's number."""
     evidence_reported: int
     stale_proposals: int
     """``propose`` calls that came after the view or height had moved on (ignored)."""
@@ -478,6 +482,11 @@ class Replica:
         self._durable_key: tuple[int, int, int] | None = None
         self._durable_version = 0
         self._view_change_on_start = False  # restored: sign the VIEW-CHANGE in start(), not in __init__
+        self._redraw = ctx.redraw_ticks  # ticks per committee attempt at one height (0: never re-draw)
+        self._attempt = 0
+        self._height_since = 0  # the tick this replica entered its height
+        self._later: dict[int, set[str]] = {}  # attempt -> members of its committee heard from in it (this height)
+        self._next_role: tuple[tuple[int, int], bool] = ((0, 0), False)  # (height, attempt) -> on its committee?
         self._enter_height(state, self._pending)
         if restore is not None:
             self._restore(restore)
@@ -517,6 +526,8 @@ class Replica:
         fx = self.start()
         self._paused = False
         self._now += 1
+        if self._now >= self._redraw_at():
+            self._enter_attempt(self._attempt + 1, fx)  # this height outlasted its committee: the next one takes it
         if self._now >= self._retransmit_at and self._phase in (Phase.PREPARE, Phase.COMMIT, Phase.VIEW_CHANGE):
             self._retransmit(fx)
         if self._now >= self._deadline:
@@ -544,7 +555,7 @@ class Replica:
             or self._view_change_on_start
         ):
             return 0
-        return max(0, self._deadline - self._now - 1)
+        return max(0, min(self._deadline, self._redraw_at()) - self._now - 1)
 
     def rest(self) -> None:
         """The host's part in this height is over (a lazy member's: a client that sent its update, with no seat in
@@ -627,6 +638,7 @@ class Replica:
             refusals=tuple(self._refusals),
             evidence_reported=self._evidence_reported,
             stale_proposals=self._stale_proposals,
+            attempt=self._attempt,
         )
 
     def durable(self) -> bytes:
@@ -686,10 +698,10 @@ class Replica:
     def _enter_height(self, state: ChainState, fx: list[Effect]) -> None:
         self._state = state
         self._h = state.height + 1
-        self._committee, self._committee_set, self._q = self._ctx.committee_view(state.committee)
-        self._weak = len(self._committee) - self._q + 1  # f+1: at least one honest among them
-        self._in_committee = self._me in self._committee_set
-        self._others = tuple(p for p in self._committee if p != self._me) if self._in_committee else self._committee
+        self._attempt = 0
+        self._height_since = self._now
+        self._later = {}
+        self._set_committee(state.committee)
         self._log = _HeightLog()
         self._view = 0
         self._sync_attempt = 0
@@ -719,6 +731,75 @@ class Replica:
         if ahead is not None and ahead[0] > self._h and not held:
             self._request_sync(ahead[1], fx)  # catching up: the next batch at once
 
+    def _set_committee(self, committee: Sequence[str]) -> None:
+        self._committee, self._committee_set, self._q = self._ctx.committee_view(committee)
+        self._weak = len(self._committee) - self._q + 1  # f+1: at least one honest among them
+        self._in_committee = self._me in self._committee_set
+        self._others = tuple(p for p in self._committee if p != self._me) if self._in_committee else self._committee
+
+    # --- committee attempts [issue 31 item 2; ledger.ATTEMPT_VIEWS] -------------------------------
+
+    def _redraw_at(self) -> int:
+        """The tick this height moves to its next committee attempt (never without ``redraw_ticks``). A lazy
+        observer outside the committee sleeps through it unless it sits on the next attempt's committee: the
+        members that move on wake it (:meth:`_enter_attempt`), and a sleeper at a height long decided elsewhere
+        does not wake every ``redraw_ticks`` for nothing."""
+        if not self._redraw or self._behind():  # (catching up: the height is decided elsewhere)
+            return _NEVER
+        if self._lazy and not self._in_committee:
+            key = (self._h, self._attempt + 1)
+            if self._next_role[0] != key:
+                nxt = self._ctx.view_committee(self._state, self._h, (self._attempt + 1) * ATTEMPT_VIEWS)
+                self._next_role = (key, self._me in nxt)
+            if not self._next_role[1]:
+                return _NEVER
+        return self._height_since + self._redraw * (self._attempt + 1)
+
+    def _enter_attempt(self, attempt: int, fx: list[Effect]) -> None:
+        """Hand this height to the committee of ``attempt`` (``ChainContext.view_committee``), at the first view of
+        the attempt. A member of it starts there with a VIEW-CHANGE (pBFT §4.5.2) carrying its prepared certificate,
+        if any, so the new primary re-proposes the highest one a quorum of the new committee holds; it sends that
+        VIEW-CHANGE to the previous committee as well, whose members that decided the height answer with the block
+        (a replica past a height serves a view change of it: :meth:`_on_message`). A replica outside the new
+        committee observes. Safety across attempts rests on that answer arriving (docs/sampling.md)."""
+        assert attempt > self._attempt, (attempt, self._attempt)
+        previous = self._committee
+        self._attempt = attempt
+        self._later = {a: got for a, got in self._later.items() if a > attempt}
+        self._set_committee(self._ctx.view_committee(self._state, self._h, attempt * ATTEMPT_VIEWS))
+        view = attempt * ATTEMPT_VIEWS
+        self._buffer = [b for b in self._buffer if b.height != self._h or b.view >= view or not b.owner]
+        if self._in_committee:
+            self._start_view_change(view, fx, also=tuple(p for p in previous if p not in self._committee_set))
+        else:
+            self._view = view
+            self._phase = Phase.OBSERVE
+            self._deadline = self._now + self._cfg.timeout_ticks_sync
+            # the new committee's members may sleep (lazy members without a role at their height): the last message
+            # this replica signed at this height shows them the height, and they catch up to it (a later height wakes
+            # a lazy replica), then enter the attempt on their own timer or on f + 1 of its members' messages
+            last = max(self._log.sent.items(), key=lambda kv: (kv[0][1], _KIND_ORDER[kv[0][0]]), default=None)
+            if last is not None:
+                fx.append(Broadcast(to=self._committee, message=last[1]))
+
+    def _on_later_attempt(self, s: SignedMessage, attempt: int, message: Message, sender: str | None,
+                          fx: list[Effect]) -> None:
+        """A message of this height from a later committee attempt than ours: its committee's members moved on
+        (their clocks run ahead of ours). Once ``f + 1`` of them did (at least one honest), follow them."""
+        due = (self._now - self._height_since) // self._redraw + 1 if self._redraw else 0
+        if not self._redraw or attempt > due + 1:
+            raise RemoteProtocolError("future_view", f"{s.kind} of committee attempt {attempt} (this replica: "
+                                      f"{self._attempt})")
+        committee, cset, q = self._ctx.committee_view(self._ctx.view_committee(self._state, self._h, s.view))
+        if s.signer not in cset:
+            raise RemoteProtocolError("not_in_committee", f"{s.signer} is not in committee attempt {attempt}")
+        self._verify(s)
+        got = self._later.setdefault(attempt, set())
+        got.add(s.signer)
+        if len(got) >= len(committee) - q + 1:
+            self._enter_attempt(attempt, fx)
+            self._on_message(message, sender, fx)
+
     def _enter_view(self, view: int, carried: PrePrepare | None, fx: list[Effect]) -> None:
         self._view = view
         self._phase = Phase.PROPOSE
@@ -728,10 +809,17 @@ class Replica:
         self._replay()
 
     def _backoff(self, view: int) -> int:
-        return 1 << min(view, self._cfg.backoff_exponent_max)
+        return 1 << min(view % ATTEMPT_VIEWS, self._cfg.backoff_exponent_max)  # (each attempt starts over)
+
+    def _committee_of(self, view: int) -> tuple[str, ...]:
+        """The committee of ``view`` at this height: ours, or (a prepared certificate or a proposal carried from an
+        earlier attempt) that attempt's."""
+        if view // ATTEMPT_VIEWS == self._attempt:
+            return self._committee
+        return self._ctx.committee_view(self._ctx.view_committee(self._state, self._h, view))[0]
 
     def _primary(self, view: int) -> str:
-        return primary(self._committee, self._ctx.genesis_hash, self._h, view)
+        return primary(self._committee_of(view), self._ctx.genesis_hash, self._h, view)
 
     # --- durability [pBFT §4.4-4.5: the log in stable storage] ------------------------------------
 
@@ -769,6 +857,10 @@ class Replica:
             log.prepared = (proof, payload)
             log.proposals.setdefault(proof.pre_prepare.block_hash, Proposal(proof.pre_prepare.header, payload))
         v = rec.view
+        if v // ATTEMPT_VIEWS > self._attempt:  # it had moved to a later committee attempt: back there
+            self._attempt = v // ATTEMPT_VIEWS
+            self._height_since = self._now - self._redraw * self._attempt  # the next attempt a whole period on
+            self._set_committee(self._ctx.view_committee(self._state, self._h, v))
         at_v = {s.kind for m in rec.sent if (s := m.signed) is not None and s.view == v}
         if not rec.sent and (v == 0 or not self._in_committee):
             return  # signed nothing at this height: the fresh start of the constructor is the same
@@ -814,8 +906,13 @@ class Replica:
                 f"of height {rec.height} but the block store ends at height {self._h - 1}: decided blocks were "
                 f"lost, and its votes at height {self._h} with them; refusing to start (it could sign twice)"
             )
-        if not self._in_committee and (rec.sent or rec.prepared is not None):
-            raise bad(f"it signed votes at height {rec.height}, whose committee does not include it")
+        attempt = rec.view // ATTEMPT_VIEWS
+        try:
+            committee = self._ctx.view_committee(self._state, self._h, rec.view)
+        except LedgerError as e:
+            raise bad(str(e)) from None
+        if self._me not in committee and (rec.sent or rec.prepared is not None):
+            raise bad(f"it signed votes at height {rec.height} in committee attempt {attempt}, which does not include it")
         seen: set[tuple[str, int]] = set()
         for m in rec.sent:
             s = m.signed
@@ -903,6 +1000,12 @@ class Replica:
                 raise RemoteProtocolError("future_height", f"{s.kind} for height {s.height}")
             self._hold(s.height, s.view, s.signer, message, sender)
             return
+        attempt = s.view // ATTEMPT_VIEWS
+        if attempt > self._attempt:
+            self._on_later_attempt(s, attempt, message, sender, fx)
+            return
+        if attempt < self._attempt:  # (a block decided there reaches us whole: its deciders serve it)
+            raise RemoteProtocolError("stale_view", f"{s.kind} of committee attempt {attempt}, replica in {self._attempt}")
         if s.signer not in self._committee_set:
             raise RemoteProtocolError("not_in_committee", f"{s.signer} is not in the committee of height {self._h}")
         if not self._in_committee:
@@ -1114,7 +1217,9 @@ class Replica:
 
     # --- view change [pBFT §4.5.2] ---------------------------------------------------------------
 
-    def _start_view_change(self, view: int, fx: list[Effect]) -> None:
+    def _start_view_change(self, view: int, fx: list[Effect], *, also: tuple[str, ...] = ()) -> None:
+        """Move to ``view`` with a VIEW-CHANGE to the committee (and to ``also``: the previous committee, when a new
+        attempt starts)."""
         assert view > self._view, (view, self._view)
         self._view = view
         self._phase = Phase.VIEW_CHANGE
@@ -1128,7 +1233,7 @@ class Replica:
         self._log.sent[(KIND_VIEW_CHANGE, view)] = msg
         self._retransmit_at = self._now + self._cfg.timeout_ticks_retransmit
         self._view_changes_sent += 1
-        fx.append(Broadcast(to=self._others, message=msg))
+        fx.append(Broadcast(to=self._others + also, message=msg))
         self._buffer = [b for b in self._buffer if b.height != self._h or b.view >= view or not b.owner]
         self._arm_view_change()
         self._maybe_join(fx)
@@ -1248,8 +1353,9 @@ class Replica:
         if pp.signed.signer != expected:
             raise RemoteProtocolError(reason, f"prepared proof: pre_prepare of view {w} not by its primary")
         signers = {pp.signed.signer, *(p.signer for p in proof.prepares)}
-        if len(signers) < self._q or not signers <= self._committee_set:
-            raise RemoteProtocolError(reason, f"prepared proof needs {self._q} votes of committee members")
+        _, cset, q = self._ctx.committee_view(self._committee_of(w))
+        if len(signers) < q or not signers <= cset:
+            raise RemoteProtocolError(reason, f"prepared proof needs {q} votes of committee members")
         self._verify(pp.signed, reason)
         for p in proof.prepares:
             self._verify(p, reason)

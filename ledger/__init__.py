@@ -6,6 +6,7 @@ Pure except :mod:`ledger.store` (SQLite block store and file blob store), which 
 from ledger._audit import AuditReport, InclusionProof, audit_chain, make_proof, to_json_value, verify_proof
 from ledger._blockstore import BlockStore, MemoryBlockStore
 from ledger._chain import (
+    ATTEMPT_VIEWS,
     KIND_COMMIT,
     KIND_UPDATE,
     AuditFinding,
@@ -16,6 +17,7 @@ from ledger._chain import (
     Reexecutor,
     apply_block,
     apply_header,
+    attempt_of,
     block_time_window,
     check_certificate,
     check_evidence,
@@ -28,6 +30,7 @@ from ledger._chain import (
     make_header,
     primary,
     quorum_size,
+    redrawn_committee,
     same_epoch,
     sign_commit,
     sign_message,
@@ -83,12 +86,19 @@ from ledger._types import (
     TIME_DRIFT_KEY,
     TIME_DRIFT_MS_DEFAULT,
     TIME_MS_MAX,
+    REDRAW_TICKS_KEY,
     Timeouts,
     UpdateCommitment,
+    redraw_ticks_of,
     time_drift_ms_of,
 )
 
 __all__ = [
+    "ATTEMPT_VIEWS",
+    "REDRAW_TICKS_KEY",
+    "attempt_of",
+    "redraw_ticks_of",
+    "redrawn_committee",
     "DTYPE_BYTES",
     "AuditFinding",
     "AuditReport",

@@ -20,6 +20,7 @@ import msgpack
 from ledger._crypto import KeyPair, PublicKeyCache, hash_tagged, sha256, sign_bytes, sign_bytes_flat
 from ledger._encoding import by_identity, decode, encode
 from ledger._errors import BlobError, ChainError, SignatureError
+from ledger._types import REDRAW_TICKS_KEY
 from ledger._merkle import merkle_root
 from ledger._types import (
     Block,
@@ -41,8 +42,10 @@ __all__ = [
     "ChainContext",
     "ChainState",
     "Reexecutor",
+    "ATTEMPT_VIEWS",
     "apply_block",
     "apply_header",
+    "attempt_of",
     "block_time_window",
     "commit_sign_bytes",
     "decode_block",
@@ -52,6 +55,7 @@ __all__ = [
     "make_header",
     "primary",
     "quorum_size",
+    "redrawn_committee",
     "same_epoch",
     "sign_commit",
     "sign_message",
@@ -62,6 +66,18 @@ __all__ = [
 
 KIND_UPDATE = "update"
 KIND_COMMIT = "commit"
+
+ATTEMPT_VIEWS = 1 << 32
+"""Views per committee *attempt* at one height: attempt ``a`` holds views ``[a·2^32, (a+1)·2^32)``. Attempt 0 is the
+committee the previous block named; attempt ``a`` ≥ 1, a committee re-drawn from the genesis hash, the height and
+``a`` (:meth:`ChainContext.view_committee`), which a height's replicas move to when it has not decided within
+``a`` times the genesis' ``redraw_ticks`` (issue 31 item 2: a committee that cannot reach quorum does not stall
+the chain for ever; ``docs/sampling.md``, "A committee that cannot reach quorum")."""
+
+
+def attempt_of(view: int) -> int:
+    """The committee attempt a view belongs to (:data:`ATTEMPT_VIEWS`)."""
+    return view >> 32
 
 
 def quorum_size(n: int, rule: str = "bft") -> int:
@@ -94,6 +110,15 @@ def genesis_committee(genesis: Genesis) -> tuple[str, ...]:
     """
     ranked = _rank(b"concilium-committee/v1", genesis.hash(), genesis.member_ids)
     return tuple(sorted(ranked[: genesis.protocol.committee_size]))
+
+
+def redrawn_committee(genesis: Genesis, height: int, attempt: int, *, genesis_hash: bytes | None = None) -> tuple[str, ...]:
+    """The committee re-drawn for ``height`` at committee attempt ``attempt`` ≥ 1 (:data:`ATTEMPT_VIEWS`): the
+    ``committee_size`` members ranked first by ``H("concilium-redraw/v1" ‖ genesis hash ‖ height ‖ attempt)``, sorted
+    (:meth:`ChainContext.view_committee` checks the genesis allows it and remembers it)."""
+    g = genesis
+    seed = (genesis_hash if genesis_hash is not None else g.hash()) + struct.pack(">QQ", height, attempt)
+    return tuple(sorted(_rank(b"concilium-redraw/v1", seed, g.member_ids)[: g.protocol.committee_size]))
 
 
 def primary(committee: Sequence[str], chain_seed: bytes, height: int, view: int) -> str:
@@ -257,6 +282,9 @@ class ChainContext:
         self.members = frozenset(genesis.member_ids)
         self.quorum_rule = genesis.protocol.quorum
         self._committees: OrderedDict[tuple[str, ...], tuple[tuple[str, ...], frozenset[str], int]] = OrderedDict()
+        self.redraw_ticks = genesis.protocol.redraw_ticks
+        """Ticks at one height before its replicas move to the next committee attempt (0: never)."""
+        self._redrawn: OrderedDict[tuple[int, int], tuple[str, ...]] = OrderedDict()
 
     def quorum(self, committee_size: int) -> int:
         return quorum_size(committee_size, self.quorum_rule)
@@ -271,6 +299,26 @@ class ChainContext:
             got = self._committees[key] = (ordered, frozenset(ordered), self.quorum(len(ordered)))
             while len(self._committees) > _COMMITTEES_KEPT:
                 self._committees.popitem(last=False)
+        return got
+
+    def view_committee(self, state: ChainState, height: int, view: int) -> tuple[str, ...]:
+        """The committee that decides ``height`` (``state.height + 1``, or a later height of its epoch) in ``view``:
+        ``state.committee`` in attempt 0 (:data:`ATTEMPT_VIEWS`), else the ``committee_size`` members ranked first
+        by ``H("concilium-redraw/v1" ‖ genesis hash ‖ height ‖ attempt)``, sorted: a pure function of the genesis,
+        the height and the attempt, so that no member picks it (issue 31 item 1). Raises :class:`ChainError` for an
+        attempt ≥ 1 on a chain whose genesis has no ``redraw_ticks``."""
+        a = view >> 32
+        if a == 0:
+            return state.committee
+        if not self.redraw_ticks:
+            raise ChainError(f"height {height}: view {view} is of committee attempt {a}, and this chain never "
+                             f"re-draws a committee (its genesis has no protocol.params.{REDRAW_TICKS_KEY})")
+        key = (height, a)
+        got = self._redrawn.get(key)
+        if got is None:
+            got = self._redrawn[key] = redrawn_committee(self.genesis, height, a, genesis_hash=self.genesis_hash)
+            while len(self._redrawn) > _COMMITTEES_KEPT:
+                self._redrawn.popitem(last=False)
         return got
 
 
@@ -372,7 +420,8 @@ def apply_block(
     """Validate ``block`` as the successor of ``state`` and return the new state.
 
     Checks, in order: chain id, height, hash link, time monotonic, proposer = primary of (height, view),
-    payload hash, Merkle root, certificate against ``state.committee`` with the genesis quorum rule,
+    payload hash, Merkle root, certificate against the committee of its votes' view (``state.committee``, or in a
+    later committee attempt the re-drawn one: :meth:`ChainContext.view_committee`) with the genesis quorum rule,
     update commitments (members, round, signatures), next committee (members), evidence, blobs
     (when ``blobs`` is given), then re-execution (when ``reexecutor`` is given; what it returns, the
     :class:`AuditFinding` items, is for a caller that wraps it, as :func:`ledger.audit_chain` does).
@@ -445,7 +494,10 @@ def _apply_block(
         raise ChainError(f"height {h}: payload hash mismatch")
     if hd.updates_root != merkle_root(digests.update_leaves):
         raise ChainError(f"height {h}: Merkle root of update commitments mismatch")
-    check_certificate(ctx, state.committee, hd, block.certificate, header_hash=digests.header_hash)
+    # the votes' view names the committee that certified it (a block proposed in one attempt may be carried into a
+    # later one by a view change and committed there)
+    check_certificate(ctx, ctx.view_committee(state, h, block.certificate.view), hd, block.certificate,
+                      header_hash=digests.header_hash)
     seen_updates: set[tuple[str, int]] = set()
     what_update = f"height {h}: update commitment"
     for u in pl.updates:
@@ -524,7 +576,7 @@ def _check_link(ctx: ChainContext, state: ChainState, hd: BlockHeader, *, epoch:
         raise ChainError(f"height {hd.height}: fl_round {hd.fl_round} differs from height")
     if hd.time_ms < state.time_ms:
         raise ChainError(f"height {hd.height}: time goes backwards ({hd.time_ms} < {state.time_ms})")
-    expected = primary(state.committee, ctx.genesis_hash, hd.height, hd.view)
+    expected = primary(ctx.view_committee(state, hd.height, hd.view), ctx.genesis_hash, hd.height, hd.view)
     if hd.proposer != expected:
         raise ChainError(f"height {hd.height}: proposer {hd.proposer} is not the primary {expected} of view {hd.view}")
 
@@ -544,10 +596,10 @@ def apply_header(
     from ``state`` alone (coordinator mode); the payload is not at hand to read it.
 
     Checks what :func:`apply_block` checks of the header and certificate: chain id, height, hash link, time,
-    proposer, the certificate against ``state.committee``. Not the payload: trusting its contents rests on the
-    certificate, i.e. on a quorum of the committee having validated it (the same assumption under which any
-    certified block is final). Such a state serves to follow the chain, and to check the next block, header or
-    whole, against it; a member that needs the model or the payload takes the whole block instead. Raises a
+    proposer, the certificate against the committee of its votes' view (:meth:`ChainContext.view_committee`). Not the
+    payload: trusting its contents rests on the certificate, i.e. on a quorum of the committee having validated it
+    (the same assumption under which any certified block is final). Such a state serves to follow the chain, and to
+    check the next block, header or whole, against it; a member that needs the model or the payload takes the whole block instead. Raises a
     :class:`LedgerError` subclass naming the height and reason. Remembered like :func:`apply_block` (keyed by
     ``state`` and the header object).
 
@@ -564,7 +616,8 @@ def apply_header(
         return hit
     _check_link(ctx, state, header, epoch=epoch)
     header_hash = header.hash()
-    check_certificate(ctx, state.committee, header, certificate, header_hash=header_hash)
+    check_certificate(ctx, ctx.view_committee(state, header.height, certificate.view), header, certificate,
+                      header_hash=header_hash)
     _check_next_committee(ctx, header.height, next_committee)
     new = ChainState(
         height=header.height,

@@ -40,6 +40,9 @@ __all__ = [
     "Timeouts",
     "UpdateCommitment",
     "time_drift_ms_of",
+    "REDRAW_TICKS_KEY",
+    "REDRAW_TICKS_MAX",
+    "redraw_ticks_of",
 ]
 
 COMMITTEE_MODE = "committee"
@@ -108,6 +111,30 @@ def time_drift_ms_of(params: Mapping[str, Any]) -> int:
     if type(drift) is not int or not 1 <= drift <= TIME_DRIFT_MS_MAX:
         raise ValueError(f"params.{TIME_DRIFT_KEY} must be an int in [1, 1e9] (ms), got {drift!r:.40}")
     return drift
+
+
+REDRAW_TICKS_KEY = "redraw_ticks"
+REDRAW_TICKS_MAX = 1 << 31
+REDRAW_TIMEOUTS_DEFAULT = 10
+"""Without ``params.redraw_ticks``, a height is re-drawn after this many times ``timeout_ticks_train +
+timeout_ticks_propose + timeout_ticks_view_change`` (with the default timeouts 7,500 ticks: 12.5 minutes)."""
+
+
+def redraw_ticks_of(params: Mapping[str, object], timeouts: "Timeouts") -> int:
+    """After how many ticks at one height without a decision its replicas hand it to a re-drawn committee (the next
+    committee attempt, ``ledger.ATTEMPT_VIEWS``; issue 31 item 2): the genesis' ``protocol.params.redraw_ticks``, by
+    default :data:`REDRAW_TIMEOUTS_DEFAULT` times the train, propose and view-change timeouts. ``0`` never: a
+    committee that cannot reach quorum then stalls the chain until enough of its members come back, as in plain
+    pBFT, which never forks (the trade-off: docs/sampling.md). Anything but an int in ``[0, 2^31]`` raises
+    ``ValueError``."""
+    if REDRAW_TICKS_KEY not in params:
+        t = timeouts
+        return min(REDRAW_TICKS_MAX, REDRAW_TIMEOUTS_DEFAULT * (
+            t.timeout_ticks_train + t.timeout_ticks_propose + t.timeout_ticks_view_change))
+    v = params[REDRAW_TICKS_KEY]
+    if type(v) is not int or not 0 <= v <= REDRAW_TICKS_MAX:
+        raise ValueError(f"protocol.params.{REDRAW_TICKS_KEY} must be an int in [0, {REDRAW_TICKS_MAX}], got {v!r}")
+    return v
 
 
 def _params(name: str, v: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -197,6 +224,13 @@ class ProtocolParams:
         _nonneg("fl_rounds", self.fl_rounds)
         object.__setattr__(self, "params", _params("params", self.params))
         time_drift_ms_of(self.params)
+        redraw_ticks_of(self.params, self.timeouts)
+
+    @property
+    def redraw_ticks(self) -> int:
+        """Ticks at one height without a decision before its replicas hand it to a re-drawn committee
+        (``params.redraw_ticks`` or its default, :func:`redraw_ticks_of`; 0: never). See ``ledger.ATTEMPT_VIEWS``."""
+        return redraw_ticks_of(self.params, self.timeouts)
 
     @property
     def time_drift_ms(self) -> int:

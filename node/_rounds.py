@@ -45,7 +45,9 @@ from consensus import (
     sample_training_clients,
 )
 from ledger import (
+    ATTEMPT_VIEWS,
     COMMITTEE_MODE,
+    REDRAW_TICKS_KEY,
     TIME_DRIFT_KEY,
     BlobSource,
     ChainContext,
@@ -164,7 +166,7 @@ COMMITTEE_EPOCH_KEY = "committee_epoch"
 N_SAMPLES_CAP_KEY = "n_samples_cap"
 """Reserved ``protocol.params`` key of :func:`n_samples_cap_of` (one of ``learning``'s ``HOST_PARAM_KEYS``)."""
 N_SAMPLES_CAP_MAX = 1_000_000
-_missing = {SAMPLING_SEED_KEY, SAMPLING_RULE_KEY, COMMITTEE_EPOCH_KEY, N_SAMPLES_CAP_KEY, TIME_DRIFT_KEY} - HOST_PARAM_KEYS
+_missing = {SAMPLING_SEED_KEY, SAMPLING_RULE_KEY, COMMITTEE_EPOCH_KEY, N_SAMPLES_CAP_KEY, TIME_DRIFT_KEY, REDRAW_TICKS_KEY} - HOST_PARAM_KEYS
 if _missing:  # pragma: no cover - the two modules must agree
     raise ImportError(f"learning's HOST_PARAM_KEYS lacks {sorted(_missing)}")
 COMMITTEE_EPOCH_MAX = 1_000_000
@@ -444,6 +446,27 @@ class RoundRules:
     def coordinator_record(self, plan: RoundPlan, result: AggregateResult) -> dict[str, Any]:
         return {"algorithm": self.genesis.protocol.algorithm, "clients": list(plan.trainers), **dict(result.record)}
 
+    # --- a height decided by a re-drawn committee -----------------------------------------------
+
+    def skip_payload(self, state: ChainState, view: int) -> Payload:
+        """The one payload a block proposed in committee attempt ``a`` ≥ 1 (``view >= ledger.ATTEMPT_VIEWS``) may
+        carry (issue 31 item 2): the height outlasted its committee (the genesis' ``redraw_ticks``), and the
+        committee re-drawn for it (``ChainContext.view_committee``) knows nothing of its round: the trainers sent
+        their updates to the other one, and in committee mode only that one scored them. So the height is a skip: no
+        update, the model and the algorithm state unchanged, no evidence (the next block takes it), and
+        ``record = {"skipped": a}``; the next committee is the sampling rule's (coordinator mode), or the
+        re-drawn committee itself (committee mode: the election needs scores, and that committee just showed it
+        can reach quorum). A pure function of the state and the view: every validator builds the same one, so a
+        proposal that differs is provably wrong, and a primary has nothing to choose."""
+        attempt = view // ATTEMPT_VIEWS
+        if attempt < 1:
+            raise ValueError(f"view {view} is of the first committee attempt: its height has a round")
+        h = state.height + 1
+        nxt = tuple(self.ctx.view_committee(state, h, view)) if self.committee_mode else (
+            self.next_committee_coordinator(state))
+        return Payload(updates=(), model_digest=state.model_digest, next_committee=nxt, record={"skipped": attempt},
+                       state_digest=state.state_digest)
+
     # --- validation (shared by pBFT validate and the offline audit) ----------------------------
 
     def check_payload(
@@ -456,14 +479,21 @@ class RoundRules:
         algo_state: bytes | None = None,
         history: RoundHistory | None = None,
         held: Mapping[tuple[str, int], tuple[bytes, np.ndarray]] | None = None,
+        view: int = 0,
     ) -> tuple[str | None, np.ndarray | None, bytes | None, bytes | None]:
         """Re-execute a round: ``(None, new_model, model_blob, new_algo_state)`` if ``payload`` is right, else
         ``(reason, None, None, None)``.
 
         ``model`` is the global model before the round (its digest is ``state.model_digest``); ``history``
         the recent rounds (semi-synchronous strategies); ``held`` maps ``(peer, round)`` to ``(digest, vector)``
-        for updates the caller already decoded and checked, so they are not decoded again.
+        for updates the caller already decoded and checked, so they are not decoded again. ``view``: the view the
+        block was proposed in (its header's); one of a re-drawn committee's must carry :meth:`skip_payload`.
         """
+        if view >= ATTEMPT_VIEWS:
+            if payload.hash() != self.skip_payload(state, view).hash():
+                return ("a block proposed by a re-drawn committee (view >= 2^32) must skip the round: no update, the "
+                        "model and state unchanged, no evidence, the rule's next committee"), None, None, None
+            return None, model, vector_to_blob(model), algo_state
         plan = self.plan(state, history)
         h = plan.height
         ctx = self.ctx

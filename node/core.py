@@ -76,6 +76,7 @@ from consensus import (
 )
 
 from ledger import (
+    ATTEMPT_VIEWS,
     Block,
     BlockHeader,
     Certificate,
@@ -939,7 +940,13 @@ class NodeCore:
         # after a view change, the validators tell the new primary what they hold (_tell_new_primary): it waits a
         # grace for that (judged on it: _omission_counts), unless it has every row or update already
         ready_early = (view > 0 and self._now >= r.view_since + self._grace) or self._collect_due()
-        if self._rules.committee_mode:
+        if view >= ATTEMPT_VIEWS:  # a re-drawn committee's primary: the height is skipped (RoundRules.skip_payload)
+            if not self._state.model_digest:
+                return  # (followed by header: it cannot build it; the view times out to the next primary)
+            self._proposed_state = self._algo_state
+            built: tuple[Payload, np.ndarray, bytes] | None = (
+                self._rules.skip_payload(self._state, view), self._model, vector_to_blob(self._model))
+        elif self._rules.committee_mode:
             assert self._rules.cmfl is not None
             if len(r.rows) < self._rules.cmfl.rows_min:
                 return
@@ -1063,6 +1070,18 @@ class NodeCore:
                     f"({latest - clock} ms) from this validator's clock {clock}"), False
         if self._model is None:
             return "this validator does not have the previous model yet", False
+        if proposal.header.view >= ATTEMPT_VIEWS:  # a re-drawn committee's block: the skip (issue 31 item 2)
+            if not self._state.model_digest:
+                return "this validator followed the previous block by its header: it cannot build the skip", False
+            reason, model, blob, new_state = self._rules.check_payload(
+                self._state, payload, self._model, self._blobs, algo_state=self._algo_state, history=self._history,
+                view=proposal.header.view,
+            )
+            if reason is not None:
+                return reason, True  # (the skip is a pure function of the state: any other payload is wrong)
+            assert model is not None and blob is not None
+            self._remember_validated(payload.model_digest, model, blob, new_state)
+            return None, True
         for ev in payload.evidence:
             if ev.kind == KIND_INVALID_PROPOSAL and proposal_evidence_key(ev) not in self._confirmed:
                 return f"cannot confirm the evidence against {ev.offender}: this validator did not refuse that proposal", False

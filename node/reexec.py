@@ -49,7 +49,7 @@ class RoundReexecutor:
             raise ReexecutionError(f"height {h}: cannot re-execute: {e}") from None
         plan = self.rules.plan(before, self.history)
         reason, _, _, _ = self.rules.check_payload(
-            before, block.payload, model, blobs, algo_state=algo_state, history=self.history
+            before, block.payload, model, blobs, algo_state=algo_state, history=self.history, view=block.header.view
         )
         if reason is not None:
             raise ReexecutionError(f"height {h}: re-execution disagrees: {reason}")

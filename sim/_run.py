@@ -365,6 +365,12 @@ def run_scenario(
         finally:
             if bar is not None:
                 bar.close()
+        if sim.diverged_jobs and all(m.accepted == 0 and m.stale_accepted == 0 for m in res.rounds):
+            # every height was decided without an update (by re-drawn committees, as skips: issue 31 item 2)
+            raise ConfigFileError(
+                f"{path}: local training diverged to non-finite values ({sim.diverged_jobs} jobs) and no round "
+                f"aggregated an update in {len(res.rounds)} rounds: lower training.lr ({scenario.training.lr})"
+            )
         plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
         try:
             report, verdict = _audit(build / "ledger", public=sim.public_eval)

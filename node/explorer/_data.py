@@ -25,16 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from ledger import (
+    ATTEMPT_VIEWS,
     COMMITTEE_MODE,
     AuditReport,
     Block,
     Genesis,
     InclusionProof,
+    attempt_of,
     audit_chain,
     decode,
     genesis_committee,
     primary,
     quorum_size,
+    redrawn_committee,
     to_json_value,
 )
 from ledger.store import CorruptStoreError, SqliteBlockStore, open_ledger, resolve_ledger_path
@@ -382,10 +385,21 @@ def _selection(block: Block, mode: str) -> dict[str, list[str]]:
     return {"trainers": trainers, "accepted": accepted, "rejected": rejected, "excluded": excluded}
 
 
-def _replaced(block: Block, committee: Sequence[str], genesis_hash: bytes) -> list[str]:
-    """The proposers (coordinators) of the views before the block's: each was replaced by a view change."""
+def _attempt_committee(committee: Sequence[str], g: Genesis, genesis_hash: bytes, height: int, view: int) -> tuple[str, ...]:
+    """The committee of ``view`` at ``height``: the one the previous block named (``committee``) in committee attempt 0,
+    else the one re-drawn for the attempt (``ledger.redrawn_committee``; issue 31 item 2)."""
+    a = attempt_of(view)
+    return tuple(sorted(committee)) if a == 0 else redrawn_committee(g, height, a, genesis_hash=genesis_hash)
+
+
+def _replaced(block: Block, committee: Sequence[str], g: Genesis, genesis_hash: bytes) -> list[str]:
+    """The proposers of the views before the block's in its committee attempt, from the attempt's first view
+    (``attempt × 2^32``): each was replaced by a view change. (How many views the earlier attempts of a re-drawn height
+    had, no block records.)"""
     hd = block.header
-    return [primary(tuple(sorted(committee)), genesis_hash, hd.height, v) for v in range(hd.view)]
+    a = attempt_of(hd.view)
+    com = _attempt_committee(committee, g, genesis_hash, hd.height, hd.view)
+    return [primary(com, genesis_hash, hd.height, v) for v in range(a * ATTEMPT_VIEWS, hd.view)]
 
 
 def _row(block: Block, mode: str) -> dict[str, Any]:
@@ -472,8 +486,9 @@ def block_page(store: SqliteBlockStore, height: int) -> dict[str, Any]:
     and state digests, and the evidence."""
     g = store.genesis()
     block = store.get_checked(height)
-    committee = _committee_before(store, height)
+    named = _committee_before(store, height)
     hd, pl = block.header, block.payload
+    committee = _attempt_committee(named, g, g.hash(), hd.height, block.certificate.view)
     mode = g.protocol.mode
     sel = _selection(block, mode)
     page: dict[str, Any] = {
@@ -483,12 +498,15 @@ def block_page(store: SqliteBlockStore, height: int) -> dict[str, Any]:
         "prev_hash": hd.prev_hash.hex(),
         "fl_round": hd.fl_round,
         "view": hd.view,
+        "attempt": attempt_of(block.certificate.view),
+        "named_committee": list(named),
         "proposer": hd.proposer,
         "time_ms": hd.time_ms,
         "payload_hash": hd.payload_hash.hex(),
         "updates_root": hd.updates_root.hex(),
         "committee": list(committee),
-        "replaced": _replaced(block, committee, g.hash()),
+        "replaced": _replaced(block, named, g, g.hash()),
+        "replaced_from_view": attempt_of(hd.view) * ATTEMPT_VIEWS,
         "quorum_votes": quorum_size(len(committee), g.protocol.quorum),
         "signers": [s.signer for s in block.certificate.signatures],
         "updates": [
@@ -549,13 +567,13 @@ def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, wi
             if peer in sel[key]:
                 counts[key] += 1
                 r.roles.append(key if not (key == "accepted" and stale) else f"accepted (update of round {stale[0]})")
-        if peer in committee:
+        if peer in _attempt_committee(committee, g, genesis_hash, h, b.certificate.view):  # (re-drawn: issue 31)
             counts["committee"] += 1
             r.roles.append("committee" + (", signed" if peer in {s.signer for s in b.certificate.signatures} else ""))
         if b.header.proposer == peer:
             counts["proposed"] += 1
             r.roles.append("coordinator" if mode != COMMITTEE_MODE else "proposer")
-        for v, who in enumerate(_replaced(b, committee, genesis_hash)):
+        for v, who in enumerate(_replaced(b, committee, g, genesis_hash), attempt_of(b.header.view) * ATTEMPT_VIEWS):
             if who == peer:
                 counts["replaced"] += 1
                 r.roles.append(f"replaced {'coordinator' if mode != COMMITTEE_MODE else 'proposer'} (view {v})")

@@ -50,6 +50,9 @@ def prometheus_text(m: Mapping[str, Any]) -> str:
     t.metric("concilium_height", "gauge", "Height of the last block in this node's ledger.", [({}, m["stored"])])
     t.metric("concilium_fl_round", "gauge", "FL round of the last stored block (0 before the first).", [({}, m.get("fl_round", 0))])
     t.metric("concilium_view", "gauge", "Current pBFT view of this node's replica.", [({}, m["view"])])
+    t.metric("concilium_committee_attempt", "gauge",
+             "Committee attempt at the current height (> 0: its committee was re-drawn after redraw_ticks).",
+             [({}, m.get("attempt", 0))])
     t.metric("concilium_rounds_total", "counter", "Rounds (blocks) this process stored: decided or synced.",
              [({}, m.get("rounds", 0))])
     t.metric("concilium_view_changes_total", "counter", "View changes in the blocks this process stored.",

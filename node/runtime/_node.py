@@ -516,6 +516,7 @@ class NodeRuntime:
             "height": st.height,
             "stored": self.stored_height,
             "view": rs.view,
+            "attempt": rs.attempt,  # > 0: this height's committee was re-drawn (issue 31 item 2; ledger.ATTEMPT_VIEWS)
             "role": role,
             "peers": len(self.transport.connected()),
             "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",

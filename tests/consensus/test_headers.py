@@ -14,6 +14,7 @@ import pytest
 from consensus import (
     KIND_HEADER,
     KIND_HEADER_SYNC,
+    Broadcast,
     CommitHeader,
     Message,
     Phase,
@@ -28,7 +29,7 @@ from consensus import (
 )
 from consensus._messages import DecidedHeader, SyncRequest, sign_signed, sync_request_message
 from consensus.testing import Cluster
-from ledger import ChainError, apply_block, apply_header, genesis_state, make_certificate
+from ledger import ATTEMPT_VIEWS, ChainError, apply_block, apply_header, genesis_state, make_certificate
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +208,9 @@ def test_header_sync_request_parses_strictly(cluster: Cluster) -> None:
 def test_a_lazy_observer_sleeps_until_a_later_block_wakes_it_then_catches_up_by_headers(cluster: Cluster) -> None:
     c = cluster
     chain = _chain(c)
-    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))  # outside heights 1-4
+    # outside heights 1-4, and outside the committee re-drawn for height 1 (which would wake it: the next test)
+    k1 = c.ctx.view_committee(genesis_state(c.ctx), 1, ATTEMPT_VIEWS)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]) and p not in k1)
     r = _lazy(c, me)
     plain = _observer(c, me)
     assert r.idle_ticks() > 10**12 and plain.idle_ticks() < c.config.timeout_ticks_sync * 2  # no sync timer
@@ -260,7 +263,8 @@ def test_a_lazy_observer_whose_part_is_over_rests_until_a_message_wakes_it(clust
     a plain observer and one catching up keep their timers."""
     c = cluster
     chain = _chain(c)
-    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))  # outside heights 1-4
+    k1 = c.ctx.view_committee(genesis_state(c.ctx), 1, ATTEMPT_VIEWS)  # (on it, it would wake to re-draw height 1)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]) and p not in k1)  # outside 1-4
     r = _lazy(c, me, needs=lambda st: True)  # a client of height 1: waits for block 1 on its timer
     timer = r.idle_ticks()
     assert 0 < timer < c.config.timeout_ticks_start + c.config.timeout_ticks_sync
@@ -341,7 +345,8 @@ def test_a_lazy_observer_shown_a_height_nobody_serves_goes_back_to_sleep(cluster
     role one request to each member in turn, then it sleeps again."""
     c = cluster
     chain = _chain(c)
-    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]))
+    k1 = c.ctx.view_committee(genesis_state(c.ctx), 1, ATTEMPT_VIEWS)  # (on it, it would wake to re-draw height 1)
+    me = next(p for p in c.peers if all(p not in s for s in _committees(c)[:4]) and p not in k1)
     r = _lazy(c, me)
     sender = chain[3].header.proposer
     fx = r.step(decided_message(chain[3]), sender=sender)
@@ -358,3 +363,21 @@ def test_a_lazy_observer_shown_a_height_nobody_serves_goes_back_to_sleep(cluster
     assert len(asked) <= len(committee) + 2, asked
     fx = r.step(decided_message(chain[3]), sender=sender)  # shown again later: it asks again
     assert [e.to for e in fx if isinstance(e, Send)] == [sender]
+
+
+def test_a_lazy_observer_on_the_re_drawn_committee_wakes_when_its_height_is_re_drawn(cluster: Cluster) -> None:
+    """A lazy member outside its height's committee but on the committee re-drawn for it (issue 31 item 2) sleeps
+    only until ``redraw_ticks``: then it enters the attempt with a VIEW-CHANGE to the new committee and the old one
+    (whose members that decided the height answer with the block)."""
+    c = cluster
+    st = genesis_state(c.ctx)
+    k1 = c.ctx.view_committee(st, 1, ATTEMPT_VIEWS)
+    me = next(p for p in k1 if p not in st.committee)
+    r = _lazy(c, me)
+    assert r.idle_ticks() == c.ctx.redraw_ticks - 1
+    r.skip_ticks(c.ctx.redraw_ticks - 1)
+    fx = r.tick()
+    assert r.status().attempt == 1 and r.status().view == ATTEMPT_VIEWS and r.status().in_committee
+    (vc,) = [e for e in fx if isinstance(e, Broadcast)]
+    assert vc.message.signed.kind == "view_change" and vc.message.signed.view == ATTEMPT_VIEWS
+    assert set(vc.to) == (set(k1) | set(st.committee)) - {me}

@@ -239,7 +239,7 @@ def test_ledger_serve_refuses_bad_input(tmp_path, run_cli, demo_ledger):
 
 def test_prometheus_text_format():
     m = {
-        "stored": 7, "view": 1, "peers": 3, "view_changes": 2, "evidence": 1, "fetched": 4, "role": "committee",
+        "stored": 7, "view": 1, "attempt": 2, "peers": 3, "view_changes": 2, "evidence": 1, "fetched": 4, "role": "committee",
         "chain": 'c"1\\x', "peer": "12D3KooWx", "dropped": {"bad_frame\nx": 2}, "consensus_dropped": {"stale_height": 5},
         "net": {"messages_out": {"pbft": 10, "update": 3}, "bytes_out": {"pbft": 999}, "messages_in": {"msg": 9},
                 "bytes_in": {"msg": 800}, "dropped": {"oversize": 1}, "banned": ["p"]},
@@ -249,6 +249,7 @@ def test_prometheus_text_format():
     lines = text.splitlines()
     assert 'concilium_node_info{chain="c\\"1\\\\x",peer="12D3KooWx",role="committee"} 1' in lines
     assert "concilium_height 7" in lines and "concilium_view 1" in lines and "concilium_view_changes_total 2" in lines
+    assert "concilium_committee_attempt 2" in lines
     assert 'concilium_messages_sent_total{kind="pbft"} 10' in lines and 'concilium_bytes_sent_total{kind="pbft"} 999' in lines
     assert 'concilium_dropped_inputs_total{layer="node",reason="bad_frame\\nx"} 2' in lines
     assert 'concilium_dropped_inputs_total{layer="consensus",reason="stale_height"} 5' in lines

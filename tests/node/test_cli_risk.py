@@ -34,14 +34,23 @@ def refused(code: int, out: str, err: str) -> bool:
 
 def test_genesis_create_refuses_a_committee_over_the_budget_and_writes_nothing(capsys, tmp_path, peers):
     g = tmp_path / "g.toml"
-    # 20 members, the default committee of 4 in committee mode: 4 Byzantine at 20 %, a quorum of 3 seats
+    # 20 members, the default committee of 4 in committee mode: 4 Byzantine at 20 %, a quorum of 3 seats; the genesis
+    # re-draws a committee that cannot reach quorum (redraw_ticks by default), so the Byzantine members that can
+    # block one (>= 2 seats, p = 0.162) force re-draws without limit: 0.0134 / (1 - 0.149) over the run
     code, out, err = run(capsys, *create(peers, g))
     assert refused(code, out, err), err
-    assert "--committee-size 4 (the default, min(4, members))" in err and "probability 0.0134" in err
+    assert "--committee-size 4 (the default, min(4, members))" in err and "probability 0.0158" in err
     assert "over the budget 1e-06" in err and "the smallest committee within it is 6" in err and "--accept-risk" in err
     assert "assuming 4 of 20 members Byzantine (20 %)" in out and "only the genesis committee is drawn (1 draw)" in out
+    assert "each re-drawn without limit when it cannot reach quorum" in out
+    assert "a Byzantine quorum (>= 3 seats) per draw 0.0134, over the run 0.0158: OVER the budget 1e-06" in out
+    assert "seats to block it (>= 2) per draw 0.162, for good over the run 0" in out and "6 (safety), 1 (liveness)" in out
+    assert not g.exists()
+    # a chain that never re-draws (plain pBFT: it stalls instead): the figures of the draw alone
+    code, out, err = run(capsys, *create(peers, g, "--param", "redraw_ticks=0"))
+    assert refused(code, out, err) and "probability 0.0134" in err and "re-drawn" not in out
     assert "a Byzantine quorum (>= 3 seats) per draw 0.0134, over the run 0.0134: OVER the budget 1e-06" in out
-    assert "seats to block it (>= 2) per draw 0.162" in out and "6 (safety), 13 (liveness)" in out
+    assert "seats to block it (>= 2) per draw 0.162, over the run 0.162" in out and "6 (safety), 13 (liveness)" in out
     assert not g.exists()
 
 
@@ -94,19 +103,23 @@ def test_genesis_risk_reports_a_genesis_or_a_population(capsys, tmp_path, peers)
     assert main(create(peers, tmp_path / "g.toml", "--accept-risk")) == 0
     capsys.readouterr()
     code, out, err = run(capsys, "genesis", "risk", tmp_path / "g.toml")
-    assert (code, err) == (1, "") and "OVER the budget" in out and "6 (safety), 13 (liveness)" in out
+    assert (code, err) == (1, "") and "OVER the budget" in out and "6 (safety), 1 (liveness)" in out
     code, out, err = run(capsys, "genesis", "risk", tmp_path / "g.toml", "--byzantine-fraction", "0.1")
     assert (code, err) == (0, "") and "within the budget" in out
     # issue 31's figures: 7 of 100 at 20 %, 1,000 rounds
-    code, out, err = run(capsys, "genesis", "risk", "--members", "100", "--committee-size", "7", "--risk-rounds", "1000")
+    code, out, err = run(capsys, "genesis", "risk", "--members", "100", "--committee-size", "7", "--risk-rounds", "1000",
+                         "--redraws", "0")
     assert (code, err) == (1, "")
     assert "committee of 7: a Byzantine quorum (>= 5 seats) per draw 0.00326, over the run 0.962: OVER the budget 1e-06" in out
     assert "seats to block it (>= 3) per draw 0.141, over the run 1" in out and "23 (safety), 61 (liveness)" in out
-    code, out, err = run(capsys, "genesis", "risk", "--members", "10000", "--risk-rounds", "1000")
+    code, out, err = run(capsys, "genesis", "risk", "--members", "10000", "--risk-rounds", "1000", "--redraws", "0")
     assert (code, err) == (0, "") and "33 (safety), 352 (liveness)" in out and "committee of" not in out
-    code, out, err = run(capsys, "genesis", "risk", "--members", "100", "--committee-size", "7", "--risk-rounds", "1000",
-                         "--redraws", "unbounded")
-    assert code == 1 and "re-drawn without limit" in out and "over the run 0.977" in out
+    # without --redraws a population is judged as a default genesis: re-drawn without limit
+    for extra in ((), ("--redraws", "unbounded")):
+        code, out, err = run(capsys, "genesis", "risk", "--members", "100", "--committee-size", "7", "--risk-rounds",
+                             "1000", *extra)
+        assert code == 1 and "re-drawn without limit" in out and "over the run 0.977" in out
+        assert "23 (safety), 1 (liveness)" in out
     for argv, needle in (
         (["genesis", "risk"], "needs a genesis file or --members"),
         (["genesis", "risk", tmp_path / "g.toml", "--members", "5"], "--members: the genesis file fixes it"),
