@@ -278,9 +278,12 @@ def simulation_line(scenario: Any, rounds: int) -> str:
     p = scenario.protocol
     fraction = Fraction(repr(scenario.risk.byzantine_fraction))
     draws = committee_draws(rounds, mode=p.mode, committee_epoch=epoch_of(p.params, p.mode))
+    redraw = p.params.get("redraw_ticks") != 0  # (absent: the genesis default re-draws a committee short of quorum)
     r = committee_risk(scenario.members, byzantine_count(scenario.members, fraction), p.committee_size, draws=draws,
-                       quorum_rule=p.quorum)
+                       quorum_rule=p.quorum, redraws=None if redraw else 0)
     where = "the genesis committee only" if p.mode == COMMITTEE_MODE else f"{draws} draws"
+    if redraw:
+        where += ", each re-drawn without limit when it cannot reach quorum"
     return (f"committee risk on a real network at {_pct(fraction)} Byzantine: a Byzantine quorum with probability "
             f"{_p(r.safety)} over {rounds} rounds ({where}; budget {scenario.risk.budget:g}; a simulation is not "
             "refused)")
