@@ -1,10 +1,10 @@
 """A committee that cannot reach quorum does not stall the chain for ever (issue 31 item 2), whole simulations.
 
-Two of the four members of height 3's committee crash (a ``drop`` fault from round 3: they neither send nor vote), so
-it has no quorum of 3. After the genesis' ``redraw_ticks`` at that height (here the default: 10 times the train,
+Two of the four members of height 3's committee are down for round 3 (a ``drop`` fault: they neither send nor vote),
+so it has no quorum of 3. After the genesis' ``redraw_ticks`` at that height (here the default: 10 times the train,
 propose and view-change timeouts), a committee re-drawn from every member by the genesis hash, the height and the
 attempt takes the height over and decides it as a skipped round (``RoundRules.skip_payload``: no update, the model
-unchanged); the chain goes on, nobody is accused, and the ledger re-executes. With ``redraw_ticks = 0`` the same
+unchanged); the members come back at height 4, the chain goes on, nobody is accused, and the ledger re-executes. With ``redraw_ticks = 0`` the same
 run stalls at height 3 (plain pBFT: ``LivenessError``).
 """
 
@@ -34,7 +34,7 @@ def _scenario(name: str, rounds: int, *, down=(), redraw: int | None = None):
     params = dict(sc.protocol.params)
     if redraw is not None:
         params["redraw_ticks"] = redraw
-    faults = tuple(FaultConfig(target=f"member:{i}", kind="drop", from_round=STALLED) for i in down)
+    faults = tuple(FaultConfig(target=f"member:{i}", kind="drop", from_round=STALLED, until_round=STALLED) for i in down)
     return dataclasses.replace(sc, protocol=dataclasses.replace(sc.protocol, params=params),
                                adversary=dataclasses.replace(sc.adversary, faults=faults))
 
