@@ -21,6 +21,7 @@ from concilium._risk import add_risk_arguments, check_risk
 __all__ = ["add_parsers"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_NOT_REEXECUTED = 3  # (concilium.cli's: valid chains, rounds not re-executed here)
 NODES_MAX = 64
 """``testnet local`` runs every node on this machine."""
 
@@ -269,6 +270,9 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
         print(f"  node-{led['node']}: {led['verdict']}")
     print(f"results in {out_arg}/ (metrics.csv, summary.json, accuracy.png, nodes/node-<i>/data/ledger, node.log)")
     ok = summary["all_verified"] and summary["same_head"] and summary["rounds"] == summary["rounds_wanted"]
+    if not ok and summary["rounds"] == summary["rounds_wanted"] and summary["ledgers"] and all(
+            led.get("status") == "not_reexecuted" for led in summary["ledgers"]):
+        return EXIT_NOT_REEXECUTED  # valid chains whose rounds could not be re-executed here (issue 32 item 3)
     return EXIT_OK if ok else EXIT_INVALID
 
 

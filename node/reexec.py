@@ -29,7 +29,7 @@ from ledger import AuditFinding, BlobSource, Block, ChainContext, ChainState, Ge
 from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector, distance_row, distance_rtol
 from node._rounds import RoundRules
 
-__all__ = ["RoundReexecutor", "recheck_score_rows", "reexecutor_for"]
+__all__ = ["RoundReexecutor", "recheck_score_rows", "reexecutor_for", "reexecutor_or_why"]
 
 
 class RoundReexecutor:
@@ -126,8 +126,15 @@ def _lying(
 
 def reexecutor_for(genesis: Genesis, *, public: PublicEval | None = None) -> RoundReexecutor | None:
     """A re-executor for ``genesis``, or None if its algorithm is not one this concilium knows (or it needs a
-    public split this host does not have)."""
+    public split this host does not have): :func:`reexecutor_or_why` says which."""
+    return reexecutor_or_why(genesis, public=public)[0]
+
+
+def reexecutor_or_why(genesis: Genesis, *, public: PublicEval | None = None) -> tuple[RoundReexecutor | None, str]:
+    """``(re-executor, "")``, or ``(None, why)``: the exact reason this host cannot re-execute ``genesis``'s rounds
+    (an unknown strategy, aggregator or parameter, named by the error that building the strategy raised; a public
+    split it needs and this host has not)."""
     try:
-        return RoundReexecutor(genesis, public=public)
-    except (LearningError, ValueError):
-        return None
+        return RoundReexecutor(genesis, public=public), ""
+    except (LearningError, ValueError) as e:
+        return None, f"algorithm {genesis.protocol.algorithm!r} cannot be built here: {e}"

@@ -10,7 +10,8 @@ from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
 from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
 from sim._rng import RngTree
 from sim._run import (
-    metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger, write_results,
+    ledger_verdict, metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger,
+    write_results,
 )
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
 from sim._testnet import LocalTestnet, init_testnet
@@ -46,5 +47,6 @@ __all__ = [
     "scenario_toml",
     "tensor_blob",
     "verify_ledger",
+    "ledger_verdict",
     "write_results",
 ]

@@ -42,7 +42,7 @@ from ledger.store import open_ledger
 from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
 from learning import LearningError, PublicEval, parse_data_attack
-from node.reexec import reexecutor_for
+from node.reexec import reexecutor_or_why
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
 
@@ -188,6 +188,7 @@ def write_results(
     plots: bool = True,
     findings: Sequence[Mapping[str, Any]] = (),
     chain_valid: bool | None = None,
+    status: str | None = None,
 ) -> dict[str, Any]:
     """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary.
     ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``;
@@ -196,7 +197,8 @@ def write_results(
     and whether a fault of the scenario controls that member (``scenario_fault``); ``chain_valid``: every other
     check of the audit passed (default: ``verified``). The summary's ``ledger_valid_but_for_faulty_members`` is
     true when the ledger verifies, or fails only by score rows of members the scenario itself makes lie (its
-    ``corrupt`` faults): what such a scenario should give."""
+    ``corrupt`` faults): what such a scenario should give. ``status``: the audit's (:func:`ledger_verdict`; default
+    ``"ok"`` if ``verified`` else ``"fail"``), ``ledger_status`` in the summary."""
     columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -226,6 +228,7 @@ def write_results(
         "virtual_seconds": res.rounds[-1].virtual_time_s if res.rounds else 0.0,
         "wall_seconds": round(res.wall_seconds, 3),
         "ledger_verified": verified,
+        "ledger_status": status if status is not None else ("ok" if verified else "fail"),
         "ledger_verdict": verdict,
         "ledger_findings": [dict(f) for f in findings],
         "ledger_valid_but_for_faulty_members": verified or (
@@ -280,25 +283,38 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
 
 
 def verify_ledger(path: Path, *, public: PublicEval | None = None, now_ms: int | None = None) -> tuple[bool, str]:
-    """Full audit of a results ledger, re-executing every round (a chain that cannot be re-executed fails), with
-    the block times bounded by ``now_ms`` (default: the wall clock) as ``concilium ledger verify`` bounds them."""
-    report, line = _audit(path, public=public, now_ms=now_ms)
-    return report is not None and report.ok, line
+    """Full audit of a results ledger, re-executing every round (a chain whose rounds cannot be re-executed here is
+    not verified), with the block times bounded by ``now_ms`` (default: the wall clock) as ``concilium ledger
+    verify`` bounds them. ``(verified, verdict line)``; :func:`ledger_verdict` also tells a valid chain whose rounds
+    were not re-executed from an invalid one."""
+    status, line = ledger_verdict(path, public=public, now_ms=now_ms)
+    return status == "ok", line
 
 
-def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) -> tuple[AuditReport | None, str]:
-    """:func:`verify_ledger`'s report (None: the rounds cannot be re-executed here) and verdict line."""
+def ledger_verdict(path: Path, *, public: PublicEval | None = None, now_ms: int | None = None) -> tuple[str, str]:
+    """``(status, verdict line)`` of :func:`verify_ledger`'s audit: ``"ok"``, ``"not_reexecuted"`` (every check
+    but re-execution passed; the line names why the rounds could not be re-executed: never an OK, issue 32 item 3)
+    or ``"fail"``."""
+    _, line, status = _audit(path, public=public, now_ms=now_ms)
+    return status, line
+
+
+def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) -> tuple[AuditReport, str, str]:
+    """:func:`ledger_verdict`'s report, verdict line and status."""
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
         g = store.genesis()
-        rx = reexecutor_for(g, public=public)
+        rx, why = reexecutor_or_why(g, public=public)
         if rx is None and public is None:
-            rx = reexecutor_for(g, public=public_eval_for_ledger(Path(path)))
-        if rx is None:
-            return None, f"FAIL: the rounds of algorithm {g.protocol.algorithm!r} cannot be re-executed here"
+            rx, why = reexecutor_or_why(g, public=public_eval_for_ledger(Path(path)))
         report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx,
                              now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
-    return report, report.line()
+    if not report.ok:
+        return report, report.line(), "fail"
+    if rx is None:
+        return report, f"NOT RE-EXECUTED: {report.line().removeprefix('OK: ')}; its rounds were not re-executed: {why}", (
+            "not_reexecuted")
+    return report, report.line(), "ok"
 
 
 def run_scenario(
@@ -373,15 +389,15 @@ def run_scenario(
             )
         plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
         try:
-            report, verdict = _audit(build / "ledger", public=sim.public_eval)
-            findings = [] if report is None else [
+            report, verdict, status = _audit(build / "ledger", public=sim.public_eval)
+            findings = [
                 {"height": f.height, "member": f"n{sim.index[f.offender]}" if f.offender in sim.index else f.offender,
                  "scenario_fault": sim.scenario_faulty(f.offender, f.height), "reason": f.reason}
                 for f in report.findings
             ]
             summary = write_results(
-                build, scenario, res, verdict, report is not None and report.ok, shown_as=Path(os.fspath(out)), plots=False,
-                findings=findings, chain_valid=report is not None and report.chain_valid,
+                build, scenario, res, verdict, status == "ok", shown_as=Path(os.fspath(out)), plots=False,
+                findings=findings, chain_valid=report.chain_valid, status=status,
             )
             if on_summary is not None:
                 on_summary(summary)

@@ -355,7 +355,7 @@ class LocalTestnet:
         }
 
     def _summary(self, wall: float, interrupted: int) -> dict[str, Any]:
-        from sim._run import verify_ledger  # noqa: PLC0415
+        from sim._run import ledger_verdict  # noqa: PLC0415
 
         out = self.out
         if self.metrics:
@@ -372,9 +372,10 @@ class LocalTestnet:
         public = self.world.public_eval()  # the evaluator re-execution needs for a strategy that scores on a public split
         for w in self.nodes:
             path = w.files.dir / "data" / "ledger"
-            ok, verdict = verify_ledger(path, public=public) if (path / "chain.sqlite").exists() else (False, "no ledger")
-            ledgers.append({"node": w.files.index, "peer": w.files.peer_id, "ledger": str(path), "verified": ok,
-                            "verdict": verdict, "height": w.height, "exit_code": w.proc.returncode,
+            status, verdict = ledger_verdict(path, public=public) if (path / "chain.sqlite").exists() else (
+                "fail", "no ledger")
+            ledgers.append({"node": w.files.index, "peer": w.files.peer_id, "ledger": str(path),
+                            "verified": status == "ok", "status": status, "verdict": verdict, "height": w.height, "exit_code": w.proc.returncode,
                             "errors": w.errors[:5]})
         heads = {m.get("verdict", "").split("head ")[-1].split(",")[0] for m in ledgers if m["verified"]}
         final = next((m["accuracy"] for m in reversed(self.metrics) if not math.isnan(m["accuracy"])), math.nan)

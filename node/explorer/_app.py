@@ -151,6 +151,7 @@ class AuditJob:
                 "done": self._done,
                 "total": self._total,
                 "ok": None if o is None else o.ok,
+                "status": None if o is None else o.status,
                 "line": None if o is None else o.line,
                 "first_bad_height": None if o is None else o.first_bad_height,
                 "reason": None if o is None else o.reason,

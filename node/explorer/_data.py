@@ -172,13 +172,22 @@ class CannotReexecute(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class AuditOutcome:
-    """The verdict of :func:`audit_ledger`: ``line`` is what ``concilium ledger verify`` prints."""
+    """The verdict of :func:`audit_ledger`: ``line`` is what ``concilium ledger verify`` prints.
+
+    ``status``: ``"ok"`` (every check passed, every round re-executed unless the caller asked for no re-execution),
+    ``"not_reexecuted"`` (the chain is valid but its rounds could not be re-executed here: ``line`` names why; never
+    an OK, issue 32 item 3) or ``"fail"``. ``ok`` is ``status == "ok"``."""
 
     ok: bool
     line: str
     first_bad_height: int | None = None
     reason: str | None = None
     report: AuditReport | None = None
+    status: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            object.__setattr__(self, "status", "ok" if self.ok else "fail")
 
 
 def wall_clock_ms() -> int:
@@ -220,17 +229,19 @@ def audit_ledger(
             if trusted.hash() != genesis.hash():
                 reason = f"the ledger's genesis differs from {trusted_genesis}"
                 return AuditOutcome(False, f"FAIL at height 0: {reason}", 0, reason)
-        from node.reexec import reexecutor_for  # noqa: PLC0415 - imports torch: only for an audit
+        from node.reexec import reexecutor_or_why  # noqa: PLC0415 - imports torch: only for an audit
 
-        rx = None if reexec == "no" or no_blobs else reexecutor_for(genesis)
-        if rx is None and reexec != "no" and not no_blobs and public_for is not None:
-            # a strategy that scores models on a public split (Sself): rebuilt by the caller (from a results
-            # folder's scenario.toml, or the node's own split)
-            public = public_for(Path(path))
-            if public is not None:
-                rx = reexecutor_for(genesis, public=public)
+        rx, why = None, ""
+        if reexec != "no" and not no_blobs:
+            rx, why = reexecutor_or_why(genesis)
+            if rx is None and public_for is not None:
+                # a strategy that scores models on a public split (Sself): rebuilt by the caller (from a results
+                # folder's scenario.toml, or the node's own split)
+                public = public_for(Path(path))
+                if public is not None:
+                    rx, why = reexecutor_or_why(genesis, public=public)
         if reexec == "yes" and rx is None:
-            raise CannotReexecute(f"{path}: cannot re-execute algorithm {genesis.protocol.algorithm!r}")
+            raise CannotReexecute(f"{path}: cannot re-execute the rounds: {why}")
         if on_start is not None:
             on_start(store.height())
         report = audit_chain(
@@ -244,13 +255,20 @@ def audit_ledger(
         )
         warning = store.warning
     note = ""
+    line = report.line()
+    status = "ok" if report.ok else "fail"
     if report.ok and rx is None and no_blobs:
         note = " (rounds not re-executed: --no-blobs skips the blobs that re-execution reads)"
-    elif report.ok and rx is None and reexec == "auto":
-        note = f" (rounds not re-executed: algorithm {genesis.protocol.algorithm!r} has no re-executor)"
+    elif report.ok and rx is None and reexec == "no":
+        note = " (rounds not re-executed: --reexec no)"
+    elif report.ok and rx is None:
+        # never an OK: the audit did not check what the rounds computed (issue 32 item 3)
+        status = "not_reexecuted"
+        line = "NOT RE-EXECUTED: " + line.removeprefix("OK: ")
+        note = f"; its rounds were not re-executed: {why}"
     if warning:
         note += f"; WARNING: {warning}"
-    return AuditOutcome(report.ok, report.line() + note, report.first_bad_height, report.reason, report)
+    return AuditOutcome(status == "ok", line + note, report.first_bad_height, report.reason, report, status)
 
 
 # --- the explorer's views --------------------------------------------------------------------

@@ -253,7 +253,7 @@ def test_ledger_demo_force_replaces_a_results_folder_whole(capsys, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["genesis.toml", "ledger", "summary.json"]  # nothing of the old one
     assert stat.S_IMODE(out.stat().st_mode) == 0o750, "the replaced folder keeps its mode"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"], "no temporary or old folder beside it"
-    assert main(["ledger", "verify", str(out / "ledger"), "--genesis", str(out / "genesis.toml")]) == 0
+    assert main(["ledger", "verify", str(out / "ledger"), "--genesis", str(out / "genesis.toml"), "--reexec", "no"]) == 0
     # --force never replaces what is not a results folder
     other = tmp_path / "other"
     other.mkdir()

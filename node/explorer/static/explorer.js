@@ -35,7 +35,8 @@ function showAudit(s) {
     verdict.classList.add("fail");
   } else if (s.state === "done") {
     verdict.textContent = s.line;
-    verdict.classList.add(s.ok ? "ok" : "fail");
+    // amber, never green, for a valid chain whose rounds were not re-executed (issue 32 item 3)
+    verdict.classList.add(s.ok ? "ok" : s.status === "not_reexecuted" ? "warn" : "fail");
   } else {
     verdict.textContent = "";
   }
