@@ -318,6 +318,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
             public_for=_public_for,
             on_start=start,
             on_block=lambda _h: bars[0].update(1),
+            app=args.app,
         )
     except CannotReexecute as e:  # --reexec yes on an algorithm this concilium cannot re-execute
         raise CliError(str(e)) from None
@@ -455,13 +456,18 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(f"--host {args.host}: {e}") from None
     store, _ = _open_ro(args.path)  # a ledger that can be read, or one line and exit 2 (1 if it is corrupt)
-    store.close()
+    with store:
+        params = store.genesis().protocol.params
     if args.genesis:
         load_genesis(args.genesis)  # a bad trusted genesis file: exit 2 now, not at the first audit
     if args.results is not None and not Path(args.results).is_dir():
         raise CliError(f"--results {args.results}: no such folder")
+    if args.app is not None:  # the app the genesis pins: checked now (one line, exit 2), loaded for the audit
+        from node.apps import load_pinned_app  # noqa: PLC0415
+
+        load_pinned_app(params, args.app, what=f"{args.path}'s genesis")
     app = create_app(args.path, results=args.results, trusted_genesis=args.genesis, public_for=_public_for,
-                     allowed_hosts=host_names(host))
+                     allowed_hosts=host_names(host), app=args.app)
     try:
         sock = bind(host, port)
     except OSError as e:
@@ -679,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-execute every round (scores, selection, election, aggregation) from the blobs, and "
                         "recompute every committee score row from the updates it scored; "
                         "auto = when the genesis algorithm is known (default)")
+    v.add_argument("--app", metavar="PATH",
+                   help="the app (a .py file or a package directory) the genesis pins, for re-execution (default: "
+                        "the one a results folder's scenario.toml names, else an installed one of the pinned name)")
     v.set_defaults(func=cmd_ledger_verify)
     s = lg.add_parser("show", help="list blocks, or print one block (0 = genesis)")
     s.add_argument("path")
@@ -710,6 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1",
                     help="IP address to listen on (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=_int_in(0, 65535), default=8080, help="TCP port (default 8080; 0 = any free port)")
+    sv.add_argument("--app", metavar="PATH", help="the app the genesis pins, for the audit's re-execution (as for verify)")
     sv.set_defaults(func=cmd_ledger_serve)
     d = lg.add_parser("demo", help="build a signed multi-member demo chain in OUT/ledger and verify it")
     d.add_argument("--out", default="results/ledger-demo", help="results folder (new or empty; see --force)")

@@ -42,6 +42,7 @@ from ledger.store import open_ledger
 from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
 from learning import LearningError, PublicEval, parse_data_attack
+from node.apps import app_beside, load_pinned_app, pin_of
 from node.reexec import reexecutor_or_why
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
@@ -206,7 +207,12 @@ def write_results(
         for m in res.rounds:
             w.writerow([getattr(m, c) for c in columns])
     (out / "genesis.toml").write_text(dump_genesis(res.genesis), encoding="utf-8")
-    (out / "scenario.toml").write_text(tomli_w.dumps(scenario_toml(scenario)), encoding="utf-8")
+    table = scenario_toml(scenario)
+    if scenario.app:  # the app travels with the results: their scenario.toml names the copy (node.apps)
+        from node.apps import copy_app, load_app  # noqa: PLC0415
+
+        table["app"] = copy_app(load_app(scenario.app), out / "app")
+    (out / "scenario.toml").write_text(tomli_w.dumps(table), encoding="utf-8")
     if plots:
         _plots(out, res)
     summary = {
@@ -255,7 +261,10 @@ def scenario_toml(sc: Scenario) -> dict[str, Any]:
             return {k: conv(x) for k, x in v.items()}
         return v
 
-    return conv(sc)  # type: ignore[no-any-return]
+    out: dict[str, Any] = conv(sc)
+    if not out.get("app"):
+        out.pop("app", None)
+    return out
 
 
 def public_eval_for_ledger(path: Path) -> PublicEval | None:
@@ -304,9 +313,16 @@ def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) 
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
         g = store.genesis()
+        app_why = ""
+        try:
+            if pin_of(g.protocol.params) is not None:  # the app the genesis pins: this process's, or the folder's
+                load_pinned_app(g.protocol.params, app_beside(path), what="the ledger's genesis")
+        except (ConfigFileError, ValueError) as e:
+            app_why = f"{e}; "
         rx, why = reexecutor_or_why(g, public=public)
         if rx is None and public is None:
             rx, why = reexecutor_or_why(g, public=public_eval_for_ledger(Path(path)))
+        why = app_why + why
         report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx,
                              now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
     if not report.ok:

@@ -453,6 +453,10 @@ class RiskSection:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     name: str
+    app: str = ""
+    """The app this scenario's plug-ins come from (``node.apps``): a ``.py`` file or a package directory, relative
+    to the scenario file in the file, absolute once loaded (:func:`load_scenario` imports it and the genesis pins
+    its digest); empty: none."""
     seed: int = 0
     rounds: int = 20
     members: int = 20
@@ -627,9 +631,19 @@ def resolve_scenario(spec: str | os.PathLike[str] | None) -> Path:
 
 
 def load_scenario(path: str | os.PathLike[str], **overrides: Any) -> Scenario:
-    """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``)."""
+    """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``). Its
+    ``app`` (relative to the file) is imported first, so that the names it registers validate (``node.apps``)."""
     data = load_toml(path, what="scenario")
     for k, v in overrides.items():
         if v is not None:
             data[k] = v
+    app = data.get("app")
+    if app is not None and app != "":
+        if not isinstance(app, str):
+            raise ConfigFileError(f"{path}: app must be the path of a .py file or a package directory, got {app!r:.60}")
+        from node.apps import load_app  # noqa: PLC0415
+
+        resolved = (Path(path).parent / app).resolve()
+        load_app(resolved)
+        data["app"] = str(resolved)
     return record_from_toml(Scenario, data, source=str(path))

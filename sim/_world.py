@@ -139,6 +139,10 @@ def _genesis(
 ) -> Genesis:
     p = scenario.protocol
     params = dict(p.params)
+    if scenario.app:  # the genesis pins the app: its name and digest (node.apps)
+        from node.apps import app_pin, load_app  # noqa: PLC0415
+
+        params.update(app_pin(load_app(scenario.app)))
     peers = [peer_id_from_public_key(pk) for pk in public_keys]
     if params.get("sizes") == "auto":
         # every member's local dataset size, in the members' canonical (sorted peer id) order, so strategies

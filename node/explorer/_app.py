@@ -191,13 +191,15 @@ def create_app(
     public_for: Callable[[Path], Any] | None = None,
     node: NodeProbe | None = None,
     allowed_hosts: list[str] | None = None,
+    app: str | os.PathLike[str] | None = None,
 ) -> Starlette:
     """The explorer over the ledger at ``ledger`` (a directory or its ``chain.sqlite``; it may not exist yet
     when a node is about to create it).
 
     ``results``: a results folder with ``metrics.csv`` (default: the folder the ledger is in, if it has one).
     ``trusted_genesis``: a genesis file the audit compares the ledger's genesis with (``verify --genesis``).
-    ``public_for``: what the audit uses to rebuild a public split (``audit_ledger``). ``node``: a running node
+    ``public_for``: what the audit uses to rebuild a public split (``audit_ledger``); ``app``: the app the genesis
+    pins (``audit_ledger``). ``node``: a running node
     whose ``/status`` and ``/metrics`` to serve. ``allowed_hosts``: the Host headers accepted (DNS rebinding);
     None accepts any.
     """
@@ -205,7 +207,7 @@ def create_app(
     templates = _templates()
     static = {name: ((HERE / "static" / name).read_bytes(), mt) for name, mt in STATIC.items()}
     job = AuditJob(
-        lambda **kw: audit_ledger(ledger_path, trusted_genesis=trusted_genesis, public_for=public_for, **kw)
+        lambda **kw: audit_ledger(ledger_path, trusted_genesis=trusted_genesis, public_for=public_for, app=app, **kw)
     )
     nav = {"node": node is not None}
 

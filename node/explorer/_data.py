@@ -41,6 +41,7 @@ from ledger import (
     to_json_value,
 )
 from ledger.store import CorruptStoreError, SqliteBlockStore, open_ledger, resolve_ledger_path
+from node._errors import ConfigFileError
 from node.config import load_genesis, record_to_toml
 
 __all__ = [
@@ -206,6 +207,7 @@ def audit_ledger(
     on_start: Callable[[int], None] | None = None,
     on_block: Callable[[int], None] | None = None,
     now_ms: int | None = None,
+    app: str | os.PathLike[str] | None = None,
 ) -> AuditOutcome:
     """Every check of ``concilium ledger verify``: open the ledger read-only, compare its genesis with
     ``trusted_genesis`` (a genesis file), and run :func:`ledger.audit_chain` over every stored row with the
@@ -214,8 +216,11 @@ def audit_ledger(
     ``public_for(path)`` rebuilds the public split a strategy that scores models on one needs (Sself), or
     returns None. ``on_start(total)`` is called once the height is known, ``on_block(h)`` after each block.
     ``now_ms``: the auditor's clock (ms since 1970; default: the wall clock when the audit starts), beyond which
-    plus the genesis' drift no block time may be (:func:`ledger.audit_chain`).
-    Raises ``StoreError`` when the path is not a ledger that can be read, ``NodeError`` for a bad genesis file,
+    plus the genesis' drift no block time may be (:func:`ledger.audit_chain`). ``app``: the app the genesis pins
+    (``node.apps``; default: the one a results folder's ``scenario.toml`` beside the ledger names, else an
+    installed one of the pinned name); re-execution needs it, and without it the verdict is ``not_reexecuted``
+    naming it. Raises ``ConfigFileError`` (one line, naming both digests) when ``app`` is not the pinned one,
+    ``StoreError`` when the path is not a ledger that can be read, ``NodeError`` for a bad genesis file,
     and :class:`CannotReexecute` when ``reexec="yes"`` but the algorithm cannot be re-executed.
     """
     try:
@@ -229,8 +234,22 @@ def audit_ledger(
             if trusted.hash() != genesis.hash():
                 reason = f"the ledger's genesis differs from {trusted_genesis}"
                 return AuditOutcome(False, f"FAIL at height 0: {reason}", 0, reason)
+        from node.apps import app_beside, load_pinned_app, pin_of  # noqa: PLC0415
         from node.reexec import reexecutor_or_why  # noqa: PLC0415 - imports torch: only for an audit
 
+        try:
+            pinned = pin_of(genesis.protocol.params)
+        except ValueError as e:
+            return AuditOutcome(False, f"FAIL at height 0: {e}", 0, str(e))
+        app_why = ""
+        if pinned is not None or app is not None:  # the plug-ins re-execution runs: the genesis pins them
+            try:
+                load_pinned_app(genesis.protocol.params, app if app is not None else app_beside(path),
+                                what="the ledger's genesis")
+            except ConfigFileError as e:
+                if app is not None:
+                    raise  # the auditor's own --app: one line
+                app_why = f"{e}; "
         rx, why = None, ""
         if reexec != "no" and not no_blobs:
             rx, why = reexecutor_or_why(genesis)
@@ -240,6 +259,7 @@ def audit_ledger(
                 public = public_for(Path(path))
                 if public is not None:
                     rx, why = reexecutor_or_why(genesis, public=public)
+        why = app_why + why
         if reexec == "yes" and rx is None:
             raise CannotReexecute(f"{path}: cannot re-execute the rounds: {why}")
         if on_start is not None:

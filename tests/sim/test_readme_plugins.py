@@ -7,9 +7,11 @@ tests run over every registered aggregator and attack). Then the ledger shows th
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -56,28 +58,65 @@ def test_readme_plugin_example_runs_as_printed(tmp_path):
             assert len(honest) == 5 and norms[byzantine] > 2 * max(honest), norms  # flip_scale(factor=4.0) upload
 
 
-def test_an_auditor_without_the_plug_ins_never_says_ok(tmp_path):
-    """Issue 32 item 3: this process and the ``concilium`` command lack the plug-ins, so they cannot re-execute the
-    example's rounds. ``ledger verify`` says so, naming the missing strategy, and exits 3; ``--reexec no`` (asked
-    for) is an OK; the explorer's audit reports ``not_reexecuted`` (amber), never ``ok``; ``ledger_verdict`` (the
-    end-of-run verdict of ``sim run`` and ``testnet local``) the same."""
+def _audit_over_http(url: str) -> dict:
+    req = urllib.request.Request(url + "/api/audit", method="POST", headers={"x-concilium-audit": "1"})
+    urllib.request.urlopen(req, timeout=30).read()
+    for _ in range(1200):
+        s = json.loads(urllib.request.urlopen(url + "/api/audit", timeout=30).read())
+        if s["state"] == "done":
+            return s
+        time.sleep(0.1)
+    raise AssertionError("the audit did not finish")
+
+
+def test_the_app_through_the_command_line(tmp_path):
+    """Issue 32: the same files as an app through the command line (``app = "my_plugins.py"``). ``sim run`` loads
+    it, the genesis pins it, the results folder keeps a copy, and ``ledger verify`` and ``ledger serve``'s audit
+    re-execute every round with it. Without it, an auditor never says OK (exit 3, naming the pinned app and the
+    missing strategy); ``--app`` supplies it; a changed app is refused with both digests (exit 2). The checks in
+    this process run on a copy of the ledger with no app beside it, so the plug-ins never load here."""
     for name, text in readme_files().items():
         (tmp_path / name).write_text(text, encoding="utf-8")
-    r = subprocess.run([sys.executable, "run_mine.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    ledger = tmp_path / "results" / "mine" / "ledger"
-    cli = [sys.executable, "-m", "concilium", "ledger", "verify", str(ledger)]
-    r = subprocess.run(cli, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 3, r.stdout + r.stderr
-    line = r.stdout.strip()
-    assert line.startswith("NOT RE-EXECUTED: chain sim-my-plugins-0 verified, 2 blocks") and "\n" not in line, line
-    assert "its rounds were not re-executed: algorithm 'aggregated_step' cannot be built here: unknown strategy " \
-           "'aggregated_step'" in line, line
-    r = subprocess.run([*cli, "--reexec", "no"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and r.stdout.startswith("OK: ") and "(rounds not re-executed: --reexec no)" in r.stdout
-    status, verdict = ledger_verdict(ledger)
-    assert status == "not_reexecuted" and verdict == line
-    c = TestClient(create_app(ledger))
+    cli = [sys.executable, "-m", "concilium"]
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    r = run("sim", "run", "my_scenario.toml", "--out", "results/cli", "--quiet")
+    assert r.returncode == 0 and "rounds re-executed" in r.stdout, r.stdout + r.stderr
+    out = tmp_path / "results" / "cli"
+    assert (out / "app" / "my_plugins.py").read_bytes() == (tmp_path / "my_plugins.py").read_bytes()
+    store, _ = open_ledger(out / "ledger", readonly=True)
+    with store:
+        pin = dict(store.genesis().protocol.params["app"])
+    assert pin["name"] == "my_plugins" and len(pin["digest"]) == 64
+    r = run("ledger", "verify", "results/cli/ledger")
+    assert r.returncode == 0 and r.stdout.startswith("OK: chain sim-my-plugins-0 verified, 2 blocks") and \
+        "rounds re-executed" in r.stdout, r.stdout + r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    r = subprocess.run(summary["reproduce"].replace("concilium", " ".join(cli), 1).split() + ["--out", "results/again",
+                       "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and summary["head_hash"][:16] in r.stdout, r.stdout + r.stderr  # reproduced, app included
+
+    moved = tmp_path / "moved"
+    shutil.copytree(out / "ledger", moved / "ledger")
+    r = run("ledger", "verify", str(moved / "ledger"))
+    assert r.returncode == 3 and r.stdout.startswith("NOT RE-EXECUTED: chain sim-my-plugins-0 verified"), r.stdout
+    assert f"the ledger's genesis pins app 'my_plugins' (digest {pin['digest']})" in r.stdout, r.stdout
+    assert "unknown strategy 'aggregated_step'" in r.stdout and r.stdout.count("\n") == 1, r.stdout
+    r = run("ledger", "verify", str(moved / "ledger"), "--app", "my_plugins.py")
+    assert r.returncode == 0 and "rounds re-executed" in r.stdout, r.stdout + r.stderr
+    (tmp_path / "changed").mkdir()
+    (tmp_path / "changed" / "my_plugins.py").write_text((tmp_path / "my_plugins.py").read_text() + "# changed\n")
+    r = run("ledger", "verify", str(moved / "ledger"), "--app", "changed/my_plugins.py")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and pin["digest"] in r.stderr and "has digest" in r.stderr, r.stderr
+    r = run("ledger", "verify", str(moved / "ledger"), "--reexec", "no")
+    assert r.returncode == 0 and "(rounds not re-executed: --reexec no)" in r.stdout
+
+    # this process lacks the plug-ins: the end-of-run verdict function and the explorer's audit say so
+    status, verdict = ledger_verdict(moved / "ledger")
+    assert status == "not_reexecuted" and verdict.startswith("NOT RE-EXECUTED: ") and "pins app 'my_plugins'" in verdict
+    c = TestClient(create_app(moved / "ledger"))
     assert c.post("/api/audit", headers={"x-concilium-audit": "1"}).status_code in (200, 202)
     for _ in range(600):
         s = c.get("/api/audit").json()
@@ -85,4 +124,15 @@ def test_an_auditor_without_the_plug_ins_never_says_ok(tmp_path):
             break
         time.sleep(0.1)
     assert s["state"] == "done" and s["ok"] is False and s["status"] == "not_reexecuted", s
-    assert s["line"].startswith("NOT RE-EXECUTED: ") and "unknown strategy 'aggregated_step'" in s["line"]
+
+    # ledger serve of the results folder: its audit re-executes with the app copied there
+    serve = subprocess.Popen([*cli, "ledger", "serve", "results/cli/ledger", "--port", "0"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = serve.stdout.readline()
+        url = re.search(r"(http://\S+)", line).group(1).rstrip("/")
+        s = _audit_over_http(url)
+        assert s["ok"] is True and s["status"] == "ok" and "rounds re-executed" in s["line"], s
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)

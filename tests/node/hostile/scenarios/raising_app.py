@@ -1,0 +1,1 @@
+raise RuntimeError("this app refuses to load")
