@@ -116,8 +116,22 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads))
     from learning import LearningError  # noqa: PLC0415
 
+    from node.apps import load_pinned_app, pin_of  # noqa: PLC0415
+
+    # the app the genesis pins: --app, or the scenario's, or an installed one of that name; another is refused here,
+    # at start, with both digests (a validator with other code could never agree with the others)
+    app_path = args.app or cfg.app or None
+    if app_path:  # first: its plug-ins are what the scenario's names resolve to
+        load_pinned_app(genesis.protocol.params, app_path, what=str(cfg.genesis))
     scenario_path = resolve_scenario(cfg.data.scenario)
-    scenario = load_scenario(scenario_path)
+    try:
+        scenario = load_scenario(scenario_path)  # (imports the scenario's app, if it names one)
+    except ConfigFileError as e:
+        pinned = pin_of(genesis.protocol.params)
+        if pinned is None or app_path:
+            raise
+        raise ConfigFileError(f"{e} ({cfg.genesis} pins app {pinned[0]!r}: give it with --app PATH)") from None
+    load_pinned_app(genesis.protocol.params, app_path or scenario.app or None, what=str(cfg.genesis))
     rerun = rerun_reproducible(args, scenario.training.reproducible)
     if rerun is not None:
         return rerun
@@ -208,7 +222,7 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
 def cmd_testnet_init(args: argparse.Namespace) -> int:
     from learning import LearningError  # noqa: PLC0415
     from node import ConfigFileError  # noqa: PLC0415
-    from sim import init_testnet, results_folder  # noqa: PLC0415
+    from sim import init_testnet, results_folder, write_scenario  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     rerun = rerun_reproducible(args, scenario.training.reproducible)  # the genesis' initial model is trained bits
@@ -220,7 +234,10 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
                       what=f"{path}: protocol.committee_size {p.committee_size}",
                       redraw=p.params.get("redraw_ticks") != 0)  # (absent: the genesis default re-draws)
     with results_folder(args.out, force=args.force) as out:
-        (out / "scenario.toml").write_bytes(path.read_bytes() if not getattr(args, "nodes", None) else _scenario_bytes(scenario))
+        if getattr(args, "nodes", None) or scenario.app:  # (an app is copied beside it, and named relative to it)
+            write_scenario(scenario, out)
+        else:
+            (out / "scenario.toml").write_bytes(path.read_bytes())
         try:
             files = init_testnet(scenario, out, hosts=args.host or ["127.0.0.1"], base_port=args.base_port,
                                  scenario_file="../../scenario.toml", derived_keys=False, compose=args.compose)
@@ -234,18 +251,10 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _scenario_bytes(scenario: Any) -> bytes:
-    import tomli_w  # noqa: PLC0415
-
-    from sim import scenario_toml  # noqa: PLC0415
-
-    return tomli_w.dumps(scenario_toml(scenario)).encode()
-
-
 def cmd_testnet_local(args: argparse.Namespace) -> int:
     from learning import LearningError  # noqa: PLC0415
     from node import ConfigFileError  # noqa: PLC0415
-    from sim import LocalTestnet, results_folder  # noqa: PLC0415
+    from sim import LocalTestnet, results_folder, write_scenario  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     rerun = rerun_reproducible(args, scenario.training.reproducible)  # the node processes inherit the mode
@@ -254,7 +263,7 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
     name = scenario.name
     out_arg = args.out if args.out is not None else Path("results") / f"testnet-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with results_folder(out_arg, force=args.force) as out:
-        (out / "scenario.toml").write_bytes(_scenario_bytes(scenario))
+        write_scenario(scenario, out)  # (its app, if any, copied beside it: the nodes load that copy)
         try:
             net = LocalTestnet(scenario, out, scenario_file="../../scenario.toml", progress=not args.quiet,
                                timeout_s=args.timeout)
@@ -288,6 +297,8 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--peer", action="append", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEERID of another member")
     ns.add_argument("--data", metavar="SCENARIO", help="train on a scenario's embedded data (file or bundled name) ...")
     ns.add_argument("--member", type=int_in(0, 1 << 20), help="... as member I of it")
+    ns.add_argument("--app", metavar="PATH", help="the app the genesis pins (a .py file or a package directory; "
+                                                  "default: the scenario's app, else an installed one of that name)")
     ns.add_argument("--log-format", dest="log_format", choices=("human", "json"), help="log lines (default human)")
     ns.add_argument("--status-every", dest="status_every", type=float, help="seconds between status lines (default 5)")
     ns.add_argument("--until-height", dest="until_height", type=int_in(1, rounds_max),

@@ -462,6 +462,9 @@ class NodeConfig:
     transport: Mapping[str, Any] | None = None
     """Overrides of ``node.runtime.TransportLimits`` (frame caps, timeouts, budgets), checked when the node
     starts: e.g. ``[transport] header_timeout_s = 60``."""
+    app: str = ""
+    """The app the genesis pins (``node.apps``: a ``.py`` file or a package directory; default: the scenario's, else
+    an installed one of the pinned name)."""
 
     def __post_init__(self) -> None:
         if self.log_format not in ("human", "json"):
@@ -488,4 +491,5 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
     data = cfg.data
     if data is not None and (data.scenario.endswith(".toml") or "/" in data.scenario):
         data = dataclasses.replace(data, scenario=rel(data.scenario))
-    return dataclasses.replace(cfg, genesis=rel(cfg.genesis), key=rel(cfg.key), data_dir=rel(cfg.data_dir), data=data)
+    return dataclasses.replace(cfg, genesis=rel(cfg.genesis), key=rel(cfg.key), data_dir=rel(cfg.data_dir), data=data,
+                               app=rel(cfg.app))

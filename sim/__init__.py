@@ -11,7 +11,7 @@ from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
 from sim._rng import RngTree
 from sim._run import (
     ledger_verdict, metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger,
-    write_results,
+    write_results, write_scenario,
 )
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
 from sim._testnet import LocalTestnet, init_testnet
@@ -48,5 +48,6 @@ __all__ = [
     "tensor_blob",
     "verify_ledger",
     "ledger_verdict",
+    "write_scenario",
     "write_results",
 ]

@@ -207,12 +207,7 @@ def write_results(
         for m in res.rounds:
             w.writerow([getattr(m, c) for c in columns])
     (out / "genesis.toml").write_text(dump_genesis(res.genesis), encoding="utf-8")
-    table = scenario_toml(scenario)
-    if scenario.app:  # the app travels with the results: their scenario.toml names the copy (node.apps)
-        from node.apps import copy_app, load_app  # noqa: PLC0415
-
-        table["app"] = copy_app(load_app(scenario.app), out / "app")
-    (out / "scenario.toml").write_text(tomli_w.dumps(table), encoding="utf-8")
+    write_scenario(scenario, out)
     if plots:
         _plots(out, res)
     summary = {
@@ -265,6 +260,17 @@ def scenario_toml(sc: Scenario) -> dict[str, Any]:
     if not out.get("app"):
         out.pop("app", None)
     return out
+
+
+def write_scenario(scenario: Scenario, folder: Path) -> None:
+    """``folder/scenario.toml`` for ``scenario``; its app, if any, copied to ``folder/app/`` and named relative to
+    the file (``node.apps.copy_app``): a results or testnet folder that carries the code it ran."""
+    table = scenario_toml(scenario)
+    if scenario.app:
+        from node.apps import copy_app, load_app  # noqa: PLC0415
+
+        table["app"] = copy_app(load_app(scenario.app), folder / "app")
+    (folder / "scenario.toml").write_text(tomli_w.dumps(table), encoding="utf-8")
 
 
 def public_eval_for_ledger(path: Path) -> PublicEval | None:

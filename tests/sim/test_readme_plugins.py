@@ -11,10 +11,12 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 from starlette.testclient import TestClient
 
 from learning import blob_to_vector
@@ -136,3 +138,46 @@ def test_the_app_through_the_command_line(tmp_path):
     finally:
         serve.terminate()
         serve.wait(timeout=30)
+
+
+def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path):
+    """Issue 32 item 2 for nodes: ``testnet init`` of the README scenario copies the app beside its scenario.toml and
+    pins it in the genesis; ``node start`` with a changed app is refused before it joins, with one line naming both
+    digests (exit 2), and so is one whose scenario lacks the app (naming the pinned app)."""
+    for name, text in readme_files().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    cli = [sys.executable, "-m", "concilium"]
+    r = subprocess.run([*cli, "testnet", "init", "--scenario", "my_scenario.toml", "--out", "net"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    net = tmp_path / "net"
+    assert (net / "app" / "my_plugins.py").read_bytes() == (tmp_path / "my_plugins.py").read_bytes()
+    assert 'app = "app/my_plugins.py"' in (net / "scenario.toml").read_text()
+    pin = tomllib.loads((net / "genesis.toml").read_text())["protocol"]["params"]["app"]
+    assert pin["name"] == "my_plugins" and len(pin["digest"]) == 64
+    (tmp_path / "changed").mkdir()
+    (tmp_path / "changed" / "my_plugins.py").write_text((tmp_path / "my_plugins.py").read_text() + "# changed\n")
+    start = [*cli, "node", "start", "--config", str(net / "nodes" / "node-0" / "node.toml")]
+    r = subprocess.run([*start, "--app", str(tmp_path / "changed" / "my_plugins.py")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and pin["digest"] in r.stderr and "has digest" in r.stderr, r.stderr
+    bare = tmp_path / "bare.toml"
+    bare.write_text("\n".join(x for x in (net / "scenario.toml").read_text().splitlines() if not x.startswith("app =")))
+    r = subprocess.run([*start, "--data", str(bare), "--member", "0"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "unknown update attack 'flip_scale'" in r.stderr and "pins app 'my_plugins': give it with --app" in r.stderr
+
+
+@pytest.mark.slow  # about 10 s on 2 cores
+def test_a_testnet_runs_the_app(tmp_path):
+    """Issue 32: the README scenario, app included, over real node processes (``testnet local``: 6, its members):
+    every node loads the app from the testnet folder, and every ledger verifies with re-execution and agrees."""
+    for name, text in readme_files().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "concilium", "testnet", "local", "--scenario", "my_scenario.toml",
+                        "--out", "net", "--quiet", "--timeout", "240"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=400)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "net" / "summary.json").read_text())
+    assert summary["all_verified"] and summary["same_head"] and summary["rounds"] == 2, summary["ledgers"]
+    assert all("rounds re-executed" in led["verdict"] for led in summary["ledgers"])
