@@ -6,6 +6,7 @@ tests run over every registered aggregator and attack). Then the ledger shows th
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -114,6 +115,15 @@ def test_the_app_through_the_command_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and pin["digest"] in r.stderr and "has digest" in r.stderr, r.stderr
     r = run("ledger", "verify", str(moved / "ledger"), "--reexec", "no")
     assert r.returncode == 0 and "(rounds not re-executed: --reexec no)" in r.stdout
+    # installed: a distribution whose entry point (group concilium.apps) is the pinned name
+    site = tmp_path / "site"
+    (site / "my_plugins-0.1.dist-info").mkdir(parents=True)
+    shutil.copyfile(tmp_path / "my_plugins.py", site / "my_plugins.py")
+    (site / "my_plugins-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugins\nVersion: 0.1\n")
+    (site / "my_plugins-0.1.dist-info" / "entry_points.txt").write_text("[concilium.apps]\nmy_plugins = my_plugins\n")
+    r = subprocess.run([*cli, "ledger", "verify", str(moved / "ledger")], cwd=site, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(site)})
+    assert r.returncode == 0 and "rounds re-executed" in r.stdout, r.stdout + r.stderr
 
     # this process lacks the plug-ins: the end-of-run verdict function and the explorer's audit say so
     status, verdict = ledger_verdict(moved / "ledger")
