@@ -1152,6 +1152,10 @@ class Simulation:
                     f"{self._written + 1}; reproduce: concilium sim run <scenario> --seed {self.sc.seed}"
                 )
 
+    def partial_result(self) -> SimResult:
+        """What :meth:`run` returns, for the rounds written so far: after an interrupted run (Ctrl-C, SIGTERM)."""
+        return self._result()
+
     def _result(self) -> SimResult:
         views = sum(n.replica.status().view_changes for n in self.nodes.made())
         final = next((m.accuracy for m in reversed(self.metrics) if not math.isnan(m.accuracy)), math.nan)

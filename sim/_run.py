@@ -190,6 +190,7 @@ def write_results(
     findings: Sequence[Mapping[str, Any]] = (),
     chain_valid: bool | None = None,
     status: str | None = None,
+    partial: bool = False,
 ) -> dict[str, Any]:
     """Write ``metrics.csv``, ``summary.json``, plots, genesis and scenario copies; return the summary.
     ``shown_as``: where the folder will be once published (the paths the summary prints), if not ``out``;
@@ -199,7 +200,8 @@ def write_results(
     check of the audit passed (default: ``verified``). The summary's ``ledger_valid_but_for_faulty_members`` is
     true when the ledger verifies, or fails only by score rows of members the scenario itself makes lie (its
     ``corrupt`` faults): what such a scenario should give. ``status``: the audit's (:func:`ledger_verdict`; default
-    ``"ok"`` if ``verified`` else ``"fail"``), ``ledger_status`` in the summary."""
+    ``"ok"`` if ``verified`` else ``"fail"``), ``ledger_status`` in the summary. ``partial``: the run was stopped
+    (Ctrl-C, SIGTERM) after ``len(res.rounds)`` of the scenario's rounds (``"partial": true`` in the summary)."""
     columns = metric_columns(scenario)
     with open(out / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -216,6 +218,7 @@ def write_results(
         "mode": scenario.protocol.mode,
         "algorithm": scenario.protocol.algorithm,
         "rounds": len(res.rounds),
+        "partial": partial,
         "final_accuracy": res.final_accuracy,
         **({"final_asr": res.final_asr} if "asr" in columns else {}),
         "head_hash": res.head_hash.hex(),
@@ -379,20 +382,59 @@ def run_scenario(
             raise ConfigFileError(f"{path}: does not fit in memory ({str(e).splitlines()[0][:160]})") from None
         check_model_fits(sim, path)
         bar = None
-        if progress:
+        # a progress bar on a terminal; in a log file (stderr not a terminal) one plain line every tenth of the run,
+        # with no carriage-return frames (issue 32 item 5)
+        plain = progress and not sys.stderr.isatty()
+        every = max(1, scenario.rounds // 10)
+        t_start = time.perf_counter()
+        if progress and not plain:
             from tqdm import tqdm
 
             bar = tqdm(total=scenario.rounds, desc=scenario.name, unit="round", file=sys.stderr)
 
         def on_round(m: RoundMetrics) -> None:
+            acc = "" if math.isnan(m.accuracy) else f"acc {m.accuracy:.3f} "
             if bar is not None:
-                acc = "" if math.isnan(m.accuracy) else f"acc {m.accuracy:.3f} "
                 bar.set_postfix_str(f"round {m.fl_round} {acc}committee {m.committee} byz-acc {m.byzantine_accepted}")
                 bar.update(1)
+            elif plain and (m.fl_round % every == 0 or m.fl_round == scenario.rounds):
+                print(f"{scenario.name}: round {m.fl_round}/{scenario.rounds} {acc}byz-acc {m.byzantine_accepted} "
+                      f"view {m.view} ({time.perf_counter() - t_start:.1f} s)", file=sys.stderr, flush=True)
 
         sim._on_round = on_round
+
+        def finish(res: SimResult, *, partial: bool = False) -> dict[str, Any]:
+            plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
+            try:
+                report, verdict, status = _audit(build / "ledger", public=sim.public_eval)
+                findings = [
+                    {"height": f.height, "member": f"n{sim.index[f.offender]}" if f.offender in sim.index else f.offender,
+                     "scenario_fault": sim.scenario_faulty(f.offender, f.height), "reason": f.reason}
+                    for f in report.findings
+                ]
+                summary = write_results(
+                    build, scenario, res, verdict, status == "ok", shown_as=Path(os.fspath(out)), plots=False,
+                    findings=findings, chain_valid=report.chain_valid, status=status, partial=partial,
+                )
+                if on_summary is not None and not partial:
+                    on_summary(summary)
+                if plotter is not None:
+                    plotter.wait()
+            except BaseException:
+                if plotter is not None:
+                    plotter.stop()
+                raise
+            return summary
+
         try:
             res = sim.run()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (node.Terminated): the rounds completed, marked partial
+            if bar is not None:
+                bar.close()
+                bar = None
+            if sim.metrics:
+                finish(sim.partial_result(), partial=True)
+            raise
         except LivenessError:
             if sim.diverged_jobs:  # nothing finite to aggregate: the configuration, not the network
                 raise ConfigFileError(
@@ -409,27 +451,7 @@ def run_scenario(
                 f"{path}: local training diverged to non-finite values ({sim.diverged_jobs} jobs) and no round "
                 f"aggregated an update in {len(res.rounds)} rounds: lower training.lr ({scenario.training.lr})"
             )
-        plotter = _Plotter(build, res) if plots else None  # drawn beside the audit
-        try:
-            report, verdict, status = _audit(build / "ledger", public=sim.public_eval)
-            findings = [
-                {"height": f.height, "member": f"n{sim.index[f.offender]}" if f.offender in sim.index else f.offender,
-                 "scenario_fault": sim.scenario_faulty(f.offender, f.height), "reason": f.reason}
-                for f in report.findings
-            ]
-            summary = write_results(
-                build, scenario, res, verdict, status == "ok", shown_as=Path(os.fspath(out)), plots=False,
-                findings=findings, chain_valid=report.chain_valid, status=status,
-            )
-            if on_summary is not None:
-                on_summary(summary)
-            if plotter is not None:
-                plotter.wait()
-        except BaseException:
-            if plotter is not None:
-                plotter.stop()
-            raise
-        return summary
+        return finish(res)
 
 
 def _check_device(device: str, source: str | os.PathLike[str]) -> None:

@@ -180,3 +180,14 @@ def test_corrupted_sqlite_file_gives_one_line_error(capsys, ledger_copy):
     code, _, err = run(capsys, "ledger", "verify", str(ledger_copy / "ledger"))
     assert code == 2 and err.count("\n") == 1 and "chain.sqlite" in err and "not a concilium ledger" in err
     assert snapshot(ledger_copy) == before
+
+
+def test_sim_run_into_a_log_file_writes_plain_progress_lines(tmp_path):
+    """Issue 32 item 5: with stderr not a terminal (a log file, a pipe), ``sim run`` shows progress as plain lines,
+    one every tenth of the run (every round here), never a bar's carriage-return frames."""
+    r = subprocess.run([sys.executable, "-m", "concilium", "sim", "run", "quickstart", "--rounds", "4", "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\r" not in r.stderr, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("quickstart: round ")]
+    assert [x.split()[2] for x in lines] == ["1/4", "2/4", "3/4", "4/4"], r.stderr

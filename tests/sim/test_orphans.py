@@ -4,6 +4,8 @@ and the results ledger the writer left verifies (with re-execution, through the 
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import signal
 import subprocess
@@ -152,3 +154,9 @@ def test_sigterm_of_the_main_process_is_a_clean_stop(tmp_path, capsys):
     assert _height(ledger) >= 2
     assert "OK" in _verify(ledger, capsys)
     assert not _leftover_tmp(ledger)
+    # the rounds completed are written too, marked partial, beside the ledger (issue 32 item 5)
+    summary = json.loads((out / "summary.json").read_text())
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert summary["partial"] is True and summary["rounds"] == len(rows) >= 2 and summary["ledger_verified"], summary
+    assert summary["rounds"] <= _height(ledger) and (out / "accuracy.png").is_file()
