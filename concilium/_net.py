@@ -211,7 +211,7 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
         over["rounds"] = args.rounds
     if getattr(args, "nodes", None):
         over["members"] = args.nodes
-    scenario = load_scenario(path, **over)
+    scenario = load_scenario(path, sets=getattr(args, "set", None) or (), **over)
     try:
         check_network_adversary(scenario)
     except ValueError as e:
@@ -234,7 +234,8 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
                       what=f"{path}: protocol.committee_size {p.committee_size}",
                       redraw=p.params.get("redraw_ticks") != 0)  # (absent: the genesis default re-draws)
     with results_folder(args.out, force=args.force) as out:
-        if getattr(args, "nodes", None) or scenario.app:  # (an app is copied beside it, and named relative to it)
+        if getattr(args, "nodes", None) or getattr(args, "set", None) or scenario.app:  # the effective scenario
+            # (an app is copied beside it, and named relative to it)
             write_scenario(scenario, out)
         else:
             (out / "scenario.toml").write_bytes(path.read_bytes())
@@ -322,6 +323,8 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ti.add_argument("--nodes", type=int_in(1, 1 << 16), help="number of nodes (default: the scenario's members)")
     ti.add_argument("--out", required=True, help="folder to write (new or empty)")
     ti.add_argument("--scenario", help="scenario file or bundled name (default: testnet)")
+    ti.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a scenario key, dotted (as sim run --set); repeatable")
     ti.add_argument("--host", action="append", metavar="IP",
                     help="each node's IPv4 address in order (repeat per node), or one for all (default 127.0.0.1)")
     ti.add_argument("--base-port", dest="base_port", type=int_in(1, 65535 - 1024), default=4001,
@@ -335,6 +338,8 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     tl = t.add_parser("local", help="run N node processes on 127.0.0.1 with a progress bar and a results folder")
     tl.add_argument("-n", "--nodes", type=int_in(1, NODES_MAX), help="number of node processes (default: the scenario's members)")
     tl.add_argument("--scenario", help="scenario file or bundled name (default: testnet)")
+    tl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a scenario key, dotted (as sim run --set); repeatable")
     tl.add_argument("--rounds", type=int_in(1, rounds_max), help="override the scenario's number of rounds")
     tl.add_argument("--out", help="results folder, new or empty (default: results/testnet-<scenario>-<timestamp>)")
     tl.add_argument("--force", action="store_true", help="replace an earlier results folder at --out")

@@ -539,7 +539,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     from sim import load_scenario, resolve_scenario, run_scenario
 
     scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
-    loaded = load_scenario(scenario)
+    loaded = load_scenario(scenario, sets=args.set)
     rerun = rerun_reproducible(args, args.reproducible or loaded.training.reproducible)
     if rerun is not None:
         return rerun
@@ -574,7 +574,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
     try:
         summary = run_scenario(
             scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers,
-            force=args.force, executor=executor, on_summary=show, reproducible=args.reproducible,
+            force=args.force, executor=executor, on_summary=show, reproducible=args.reproducible, sets=args.set,
         )
     except FileExistsError as e:
         raise CliError(str(e)) from None
@@ -742,6 +742,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scenario TOML file or bundled scenario name, e.g. quickstart (the default)")
     sr.add_argument("--seed", type=_int_in(0, INT_MAX), help="override the scenario's seed")
     sr.add_argument("--rounds", type=_int_in(1, ROUNDS_MAX), help="override the scenario's number of rounds")
+    sr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a scenario key, dotted (training.lr=0.01, protocol.params.clients=8; a TOML value "
+                         "or a bare word), validated like the file; repeatable")
     sr.add_argument("--out", help="results folder, new or empty (default: results/<scenario>-<timestamp>)")
     sr.add_argument("--force", action="store_true",
                     help="replace an earlier results folder at --out, once the new run is complete")

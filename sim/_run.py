@@ -355,6 +355,7 @@ def run_scenario(
     executor: Callable[[Simulation], Any] | None = None,
     on_summary: Callable[[dict[str, Any]], None] | None = None,
     reproducible: bool = False,
+    sets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
     results folder is replaced once the new one is complete); return the summary. ``workers``: training
@@ -363,11 +364,13 @@ def run_scenario(
     results either. ``plots=False``: no PNG files (see :func:`write_results`). ``on_summary``: called with the
     summary as soon as it is written, before the plots are waited for. ``reproducible``: train in reproducible mode
     (as the scenario key ``training.reproducible = true``; the process must have started in the mode's
-    environment, ``learning.reproducible``).
+    environment, ``learning.reproducible``). ``sets``: ``--set KEY=VALUE`` overrides of the scenario
+    (``sim.apply_sets``); the results folder's ``scenario.toml`` holds the scenario they make, so its reproduce
+    command runs it again.
 
     Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
     nothing behind; so does a run whose local training diverges until no block can be committed."""
-    scenario = load_scenario(path, seed=seed, rounds=rounds)
+    scenario = load_scenario(path, seed=seed, rounds=rounds, sets=sets)
     if reproducible and not scenario.training.reproducible:
         scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, reproducible=True))
     _check_device(scenario.training.device, path)

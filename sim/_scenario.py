@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -630,10 +630,42 @@ def resolve_scenario(spec: str | os.PathLike[str] | None) -> Path:
     raise ConfigFileError(f"{spec}: no such scenario file or bundled scenario (bundled: {', '.join(names)})")
 
 
-def load_scenario(path: str | os.PathLike[str], **overrides: Any) -> Scenario:
-    """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``). Its
-    ``app`` (relative to the file) is imported first, so that the names it registers validate (``node.apps``)."""
+SETS_MAX = 256
+
+
+def apply_sets(data: dict[str, Any], sets: Sequence[str]) -> None:
+    """Apply ``--set KEY=VALUE`` overrides to a scenario table in place: ``KEY`` a dotted path (``training.lr``,
+    ``protocol.params.clients``; missing tables are made), ``VALUE`` a TOML value (``0.05``, ``true``, ``[16, 8]``,
+    ``"iid"``, ``{ f = 1 }``), or else taken as a string (``data.partition=iid``). The result is validated like the
+    file. Raises :class:`ConfigFileError` with one line naming the bad ``--set``."""
+    import tomllib  # noqa: PLC0415
+
+    if len(sets) > SETS_MAX:
+        raise ConfigFileError(f"--set: at most {SETS_MAX} of them")
+    for item in sets:
+        key, eq, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not eq or not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", p) for p in parts):
+            raise ConfigFileError(f"--set {item!r:.80}: expected KEY=VALUE with KEY a dotted scenario key")
+        try:
+            value = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text  # a bare word: a string
+        table = data
+        for p in parts[:-1]:
+            nxt = table.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigFileError(f"--set {item!r:.80}: {p} is not a table in the scenario")
+            table = nxt
+        table[parts[-1]] = value
+
+
+def load_scenario(path: str | os.PathLike[str], *, sets: Sequence[str] = (), **overrides: Any) -> Scenario:
+    """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``), ``sets``
+    are ``--set KEY=VALUE`` overrides (:func:`apply_sets`), applied first. Its ``app`` (relative to the file) is
+    imported before the rest validates, so that the names it registers do (``node.apps``)."""
     data = load_toml(path, what="scenario")
+    apply_sets(data, sets)
     for k, v in overrides.items():
         if v is not None:
             data[k] = v

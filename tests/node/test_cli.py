@@ -1,6 +1,7 @@
 """The concilium CLI: the happy path end to end, and one-line errors that write nothing on bad input."""
 
 import json
+import tomllib
 import os
 import shutil
 import sqlite3
@@ -191,3 +192,27 @@ def test_sim_run_into_a_log_file_writes_plain_progress_lines(tmp_path):
     assert "\r" not in r.stderr, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("quickstart: round ")]
     assert [x.split()[2] for x in lines] == ["1/4", "2/4", "3/4", "4/4"], r.stderr
+
+
+def test_set_overrides_are_typed_validated_recorded_and_reproduced(capsys, tmp_path):
+    """Issue 32 item 4: ``--set KEY=VALUE`` (dotted, repeatable) overrides the scenario as the file would, the
+    results folder's ``scenario.toml`` holds the effective scenario, and its reproduce command gives the same head;
+    a bad one is one line and exit 2."""
+    sets = ["--set", "training.lr=0.01", "--set", "protocol.params.aggregation_size=6", "--set", "data.partition=iid"]
+    code, out, err = run(capsys, "sim", "run", "quickstart", "--rounds", "3", *sets, "--out", str(tmp_path / "a"),
+                         "--quiet")
+    assert code == 0, out + err
+    eff = tomllib.loads((tmp_path / "a" / "scenario.toml").read_text())
+    assert eff["training"]["lr"] == 0.01 and eff["protocol"]["params"]["aggregation_size"] == 6
+    assert eff["data"]["partition"] == "iid" and eff["rounds"] == 3
+    head = json.loads((tmp_path / "a" / "summary.json").read_text())["head_hash"]
+    code, out, err = run(capsys, "sim", "run", str(tmp_path / "a" / "scenario.toml"), "--out", str(tmp_path / "b"),
+                         "--quiet")
+    assert code == 0 and json.loads((tmp_path / "b" / "summary.json").read_text())["head_hash"] == head
+    for bad, needle in (("training.lr=fast", "training.lr: expected a number"),
+                        ("nokey", "--set 'nokey': expected KEY=VALUE"),
+                        ("training.bogus=1", "unknown field training.bogus"),
+                        ("rounds.x=1", "--set 'rounds.x=1': rounds is not a table")):
+        code, out, err = run(capsys, "sim", "run", "quickstart", "--set", bad, "--out", str(tmp_path / "bad"))
+        assert code == 2 and err.count("\n") == 1 and needle in err, (bad, err)
+        assert not (tmp_path / "bad").exists()
