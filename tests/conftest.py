@@ -72,3 +72,26 @@ def write_privileges_dropped():
     import os  # noqa: PLC0415
 
     return _drop_write_privileges if os.geteuid() == 0 else None
+
+
+README_PLUGIN_FILES = ("my_plugins.py", "my_scenario.toml", "run_mine.py")
+
+
+@pytest.fixture
+def readme_plugins():
+    """A function writing the README's "Add your own strategy, aggregator or attack" files (taken from README.md by
+    their first line: ``# my_plugins.py``, ...) into a folder, as printed there; returns their names and texts."""
+    import re  # noqa: PLC0415
+
+    def write(folder: Path) -> dict[str, str]:
+        readme = (_HERE.parent / "README.md").read_text(encoding="utf-8")
+        section = readme.split("## Add your own strategy, aggregator or attack", 1)[1].split("\n## ", 1)[0]
+        blocks = re.findall(r"```(?:python|toml)\n(.*?)```", section, flags=re.S)
+        files = {b.split("\n", 1)[0].removeprefix("# "): b for b in blocks}
+        assert sorted(files) == sorted(README_PLUGIN_FILES), sorted(files)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (folder / name).write_text(text, encoding="utf-8")
+        return files
+
+    return write

@@ -173,3 +173,35 @@ def test_the_server_serves_no_file_by_path(urls):
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(b"GET / HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n")
         assert s.recv(100).split(b" ", 2)[1] == b"400"
+
+
+def test_the_audit_of_a_run_with_an_app_in_chromium(browser, server, readme_plugins, tmp_path):
+    """Issue 32: the README's plug-ins as an app (``app = "my_plugins.py"``), run by ``concilium sim run`` (another
+    process: the plug-ins never load in this one). ``ledger serve`` of its results folder audits with the app copied
+    there: OK, green, every round re-executed. The same ledger alone, with no app beside it: ``NOT RE-EXECUTED``,
+    naming the pinned app, in amber (``warn``), never green."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    readme_plugins(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "concilium", "sim", "run", "my_scenario.toml", "--out", "results/cli",
+                        "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    alone = tmp_path / "alone"
+    shutil.copytree(tmp_path / "results" / "cli" / "ledger", alone / "ledger")
+    verdict_re = re.compile(r"^(OK|FAIL|ERROR|NOT RE-EXECUTED)")
+    with server(tmp_path / "results" / "cli" / "ledger") as url, server(alone / "ledger") as bare:
+        page, errors = _page(browser, [])
+        page.goto(url + "audit")
+        page.locator("#audit-start").click()
+        expect(page.locator("#audit-verdict")).to_have_text(verdict_re, timeout=TIMEOUT_MS)
+        expect(page.locator("#audit-verdict")).to_have_text(
+            re.compile(r"^OK: chain sim-my-plugins-0 verified, 2 blocks.*rounds re-executed"))
+        expect(page.locator("#audit-verdict")).to_have_class(re.compile(r"\bok\b"))
+        page.goto(bare + "audit")
+        page.locator("#audit-start").click()
+        expect(page.locator("#audit-verdict")).to_have_text(verdict_re, timeout=TIMEOUT_MS)
+        expect(page.locator("#audit-verdict")).to_have_text(re.compile(r"^NOT RE-EXECUTED: .*pins app 'my_plugins'"))
+        expect(page.locator("#audit-verdict")).to_have_class(re.compile(r"\bwarn\b"))
+        expect(page.locator("#audit-verdict")).not_to_have_class(re.compile(r"\bok\b"))
+        assert errors == [], errors

@@ -25,22 +25,8 @@ from ledger.store import open_ledger
 from node.explorer import create_app
 from sim import ledger_verdict
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-FILES = ("my_plugins.py", "my_scenario.toml", "run_mine.py")
-
-
-def readme_files() -> dict[str, str]:
-    section = README.read_text(encoding="utf-8").split("## Add your own strategy, aggregator or attack", 1)[1]
-    section = section.split("\n## ", 1)[0]
-    blocks = re.findall(r"```(?:python|toml)\n(.*?)```", section, flags=re.S)
-    files = {b.split("\n", 1)[0].removeprefix("# "): b for b in blocks}
-    assert sorted(files) == sorted(FILES), sorted(files)
-    return files
-
-
-def test_readme_plugin_example_runs_as_printed(tmp_path):
-    for name, text in readme_files().items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
+def test_readme_plugin_example_runs_as_printed(tmp_path, readme_plugins):
+    readme_plugins(tmp_path)
     r = subprocess.run([sys.executable, "run_mine.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("OK: chain sim-my-plugins-0 verified, 2 blocks"), r.stdout
@@ -72,14 +58,13 @@ def _audit_over_http(url: str) -> dict:
     raise AssertionError("the audit did not finish")
 
 
-def test_the_app_through_the_command_line(tmp_path):
+def test_the_app_through_the_command_line(tmp_path, readme_plugins):
     """Issue 32: the same files as an app through the command line (``app = "my_plugins.py"``). ``sim run`` loads
     it, the genesis pins it, the results folder keeps a copy, and ``ledger verify`` and ``ledger serve``'s audit
     re-execute every round with it. Without it, an auditor never says OK (exit 3, naming the pinned app and the
     missing strategy); ``--app`` supplies it; a changed app is refused with both digests (exit 2). The checks in
     this process run on a copy of the ledger with no app beside it, so the plug-ins never load here."""
-    for name, text in readme_files().items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    readme_plugins(tmp_path)
     cli = [sys.executable, "-m", "concilium"]
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -150,12 +135,11 @@ def test_the_app_through_the_command_line(tmp_path):
         serve.wait(timeout=30)
 
 
-def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path):
+def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path, readme_plugins):
     """Issue 32 item 2 for nodes: ``testnet init`` of the README scenario copies the app beside its scenario.toml and
     pins it in the genesis; ``node start`` with a changed app is refused before it joins, with one line naming both
     digests (exit 2), and so is one whose scenario lacks the app (naming the pinned app)."""
-    for name, text in readme_files().items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    readme_plugins(tmp_path)
     cli = [sys.executable, "-m", "concilium"]
     r = subprocess.run([*cli, "testnet", "init", "--scenario", "my_scenario.toml", "--out", "net"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
@@ -179,11 +163,10 @@ def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path):
 
 
 @pytest.mark.slow  # about 10 s on 2 cores
-def test_a_testnet_runs_the_app(tmp_path):
+def test_a_testnet_runs_the_app(tmp_path, readme_plugins):
     """Issue 32: the README scenario, app included, over real node processes (``testnet local``: 6, its members):
     every node loads the app from the testnet folder, and every ledger verifies with re-execution and agrees."""
-    for name, text in readme_files().items():
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    readme_plugins(tmp_path)
     r = subprocess.run([sys.executable, "-m", "concilium", "testnet", "local", "--scenario", "my_scenario.toml",
                         "--out", "net", "--quiet", "--timeout", "240"], cwd=tmp_path, capture_output=True, text=True,
                        timeout=400)
