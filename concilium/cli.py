@@ -535,6 +535,37 @@ def cmd_ledger_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
+def cmd_sim_sweep(args: argparse.Namespace) -> int:
+    from sim import parse_grid, parse_seeds, resolve_scenario, run_sweep
+
+    scenario = resolve_scenario(args.scenario)
+    grid = parse_grid(args.grid)
+    seeds = parse_seeds(args.seeds)
+    out = args.out if args.out is not None else Path("results") / f"sweep-{scenario.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    command = " ".join(["concilium", "sim", "sweep", str(scenario), *(f"--grid {g}" for g in args.grid), "--seeds",
+                        args.seeds, *(["--rounds", str(args.rounds)] if args.rounds else [])])
+    result = run_sweep(scenario, grid=grid, seeds=seeds, out=out, rounds=args.rounds, workers=args.workers,
+                       progress=not args.quiet, command=command)
+    rows = result["rows"]
+    keys = [a.key for a in grid]
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r["combo"], []).append(r["final_accuracy"])
+    print(f"sweep of {scenario.name}: {len(rows)} runs, {len(by)} combinations x {len(seeds)} seeds ({', '.join(keys) or 'no grid'})")
+    for combo, accs in by.items():
+        finite = [a for a in accs if a == a]
+        mean = sum(finite) / len(finite) if finite else float("nan")
+        spread = f"{min(finite):.4f}-{max(finite):.4f}" if finite else "-"
+        print(f"  {combo}: final accuracy mean {mean:.4f} (range {spread})")
+    bad = [r for r in rows if r["ledger_status"] != "ok"]
+    print(f"ledgers: {len(rows) - len(bad)} of {len(rows)} verified with re-execution"
+          + (f"; not OK: {', '.join(r['folder'] for r in bad[:5])}" if bad else ""))
+    print(f"results in {out}/ (sweep.csv, sweep.json, sweep.png, one results folder per run)")
+    if result["status"] == "not_reexecuted":
+        return EXIT_NOT_REEXECUTED
+    return EXIT_OK if result["status"] == "ok" else EXIT_INVALID
+
+
 def cmd_sim_run(args: argparse.Namespace) -> int:
     from sim import load_scenario, resolve_scenario, run_scenario
 
@@ -765,6 +796,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="share of a GPU each Ray trainer asks for when the scenario trains on CUDA "
                          "(default 0.25: four trainers per GPU)")
     sr.set_defaults(func=cmd_sim_run)
+    sw = sm.add_parser("sweep", help="run a scenario over a grid of --set values and seeds; a table and a plot",
+                       description="Run SCENARIO once per combination of the --grid values and per seed, each into "
+                                   "its own results folder under --out, then write sweep.csv, sweep.json and "
+                                   "sweep.png. Exit 0 only if every run's ledger verifies with re-execution.")
+    sw.add_argument("scenario", metavar="SCENARIO", help="scenario TOML file or bundled scenario name")
+    sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                    help="a dotted scenario key and the values to try (as --set values; repeatable: the product)")
+    sw.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 1,3,7 (default 0)")
+    sw.add_argument("--rounds", type=_int_in(1, ROUNDS_MAX), help="override the scenario's number of rounds")
+    sw.add_argument("--out", help="sweep folder, new or empty (default: results/sweep-<scenario>-<timestamp>)")
+    sw.add_argument("--workers", type=_int_in(0, WORKERS_MAX), default=None, help="as for sim run")
+    sw.add_argument("--quiet", action="store_true", help="no line per run")
+    sw.set_defaults(func=cmd_sim_sweep)
     add_net_parsers(sub, _int_in, ROUNDS_MAX)
     return ap
 

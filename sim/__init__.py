@@ -14,6 +14,7 @@ from sim._run import (
     write_results, write_scenario,
 )
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
+from sim._sweep import parse_grid, parse_seeds, run_sweep
 from sim._testnet import LocalTestnet, init_testnet
 from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary
 
@@ -37,6 +38,9 @@ __all__ = [
     "default_scenario_path",
     "demo_genesis",
     "init_testnet",
+    "parse_grid",
+    "parse_seeds",
+    "run_sweep",
     "load_scenario",
     "metric_columns",
     "network_adversary",

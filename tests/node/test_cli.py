@@ -1,5 +1,6 @@
 """The concilium CLI: the happy path end to end, and one-line errors that write nothing on bad input."""
 
+import csv
 import json
 import tomllib
 import os
@@ -215,4 +216,32 @@ def test_set_overrides_are_typed_validated_recorded_and_reproduced(capsys, tmp_p
                         ("rounds.x=1", "--set 'rounds.x=1': rounds is not a table")):
         code, out, err = run(capsys, "sim", "run", "quickstart", "--set", bad, "--out", str(tmp_path / "bad"))
         assert code == 2 and err.count("\n") == 1 and needle in err, (bad, err)
+        assert not (tmp_path / "bad").exists()
+
+
+def test_sim_sweep_runs_every_combination_and_seed_and_verifies_each(capsys, tmp_path):
+    """Issue 32 item 4: ``sim sweep`` runs the product of its ``--grid`` values once per seed, each into a results
+    folder whose ``scenario.toml`` is the effective scenario, then a table and a plot; it exits 0 only because every
+    run's ledger verified with re-execution. Bad grids and seeds are one line, exit 2, nothing written."""
+    out = tmp_path / "sw"
+    code, stdout, err = run(capsys, "sim", "sweep", "quickstart", "--grid", "training.lr=0.01,0.05", "--grid",
+                            "protocol.params.aggregation_size=6,8", "--seeds", "0-1", "--rounds", "2", "--out", str(out),
+                            "--quiet")
+    assert code == 0, stdout + err
+    with open(out / "sweep.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and {r["ledger_status"] for r in rows} == {"ok"}
+    assert {(r["training.lr"], r["protocol.params.aggregation_size"], r["seed"]) for r in rows} == {
+        (lr, a, s) for lr in ("0.01", "0.05") for a in ("6", "8") for s in ("0", "1")}
+    assert (out / "sweep.png").is_file() and json.loads((out / "sweep.json").read_text())["status"] == "ok"
+    for r in rows:
+        eff = tomllib.loads((out / r["folder"] / "scenario.toml").read_text())
+        assert eff["training"]["lr"] == float(r["training.lr"]) and eff["seed"] == int(r["seed"])
+        assert json.loads((out / r["folder"] / "summary.json").read_text())["head_hash"] == r["head_hash"]
+    assert "8 of 8 verified with re-execution" in stdout
+    for argv, needle in ((["--grid", "training.lr"], "expected KEY=V1,V2"), (["--seeds", "4-2"], "not a range"),
+                         (["--grid", "training.lr=0.1,0.1"], "repeated values"),
+                         (["--grid", "training.lr=fast"], "training.lr: expected a number")):
+        code, stdout, err = run(capsys, "sim", "sweep", "quickstart", *argv, "--out", str(tmp_path / "bad"))
+        assert code == 2 and err.count("\n") == 1 and needle in err, (argv, err)
         assert not (tmp_path / "bad").exists()
