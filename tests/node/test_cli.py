@@ -245,3 +245,15 @@ def test_sim_sweep_runs_every_combination_and_seed_and_verifies_each(capsys, tmp
         code, stdout, err = run(capsys, "sim", "sweep", "quickstart", *argv, "--out", str(tmp_path / "bad"))
         assert code == 2 and err.count("\n") == 1 and needle in err, (argv, err)
         assert not (tmp_path / "bad").exists()
+
+
+def test_testnet_init_takes_set_overrides_into_its_scenario(capsys, tmp_path):
+    """``testnet init --set``: the folder's scenario.toml (which every node trains from) is the effective scenario."""
+    code, out, err = run(capsys, "testnet", "init", "--scenario", "testnet", "--set", "training.lr=0.02", "--set",
+                         "training.steps=3", "--out", str(tmp_path / "net"))
+    assert code == 0, out + err
+    eff = tomllib.loads((tmp_path / "net" / "scenario.toml").read_text())
+    assert eff["training"]["lr"] == 0.02 and eff["training"]["steps"] == 3
+    code, out, err = run(capsys, "testnet", "init", "--scenario", "testnet", "--set", "training.lr=[1]", "--out",
+                         str(tmp_path / "bad"))
+    assert code == 2 and "training.lr" in err and not (tmp_path / "bad").exists()
