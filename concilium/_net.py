@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import signal
 import sys
 import time
@@ -132,6 +133,13 @@ def cmd_node_start(args: argparse.Namespace) -> int:
             raise
         raise ConfigFileError(f"{e} ({cfg.genesis} pins app {pinned[0]!r}: give it with --app PATH)") from None
     load_pinned_app(genesis.protocol.params, app_path or scenario.app or None, what=str(cfg.genesis))
+    device = args.device or cfg.device  # the node's own choice (issue 33 item 4), checked here at start
+    if device and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", device):
+        raise ConfigFileError(f"--device {device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
+    from sim._world import resolve_device  # noqa: PLC0415
+
+    dev = resolve_device(device or scenario.training.device, "--device" if device else scenario_path)
+    scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, device=dev))
     rerun = rerun_reproducible(args, scenario.training.reproducible)
     if rerun is not None:
         return rerun
@@ -298,6 +306,9 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--peer", action="append", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEERID of another member")
     ns.add_argument("--data", metavar="SCENARIO", help="train on a scenario's embedded data (file or bundled name) ...")
     ns.add_argument("--member", type=int_in(0, 1 << 20), help="... as member I of it")
+    ns.add_argument("--device", metavar="auto|cpu|cuda|cuda:N|mps",
+                    help="this node's training device (default: the node config's device, else the scenario's; auto: "
+                         "CUDA where present, else MPS, else the CPU)")
     ns.add_argument("--app", metavar="PATH", help="the app the genesis pins (a .py file or a package directory; "
                                                   "default: the scenario's app, else an installed one of that name)")
     ns.add_argument("--log-format", dest="log_format", choices=("human", "json"), help="log lines (default human)")

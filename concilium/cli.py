@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -571,6 +572,8 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 
     scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
     loaded = load_scenario(scenario, sets=args.set)
+    if args.device is not None and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", args.device):
+        raise CliError(f"--device {args.device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
     rerun = rerun_reproducible(args, args.reproducible or loaded.training.reproducible)
     if rerun is not None:
         return rerun
@@ -606,6 +609,7 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
         summary = run_scenario(
             scenario, out=out, seed=args.seed, rounds=args.rounds, progress=not args.quiet, workers=args.workers,
             force=args.force, executor=executor, on_summary=show, reproducible=args.reproducible, sets=args.set,
+            device=args.device,
         )
     except FileExistsError as e:
         raise CliError(str(e)) from None
@@ -776,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a scenario key, dotted (training.lr=0.01, protocol.params.clients=8; a TOML value "
                          "or a bare word), validated like the file; repeatable")
+    sr.add_argument("--device", metavar="auto|cpu|cuda|cuda:N|mps",
+                    help="train on this device instead of the scenario's training.device (auto: CUDA where present, "
+                         "else MPS, else the CPU); checked at start. The results do not depend on it beyond bits")
     sr.add_argument("--out", help="results folder, new or empty (default: results/<scenario>-<timestamp>)")
     sr.add_argument("--force", action="store_true",
                     help="replace an earlier results folder at --out, once the new run is complete")

@@ -462,6 +462,9 @@ class NodeConfig:
     transport: Mapping[str, Any] | None = None
     """Overrides of ``node.runtime.TransportLimits`` (frame caps, timeouts, budgets), checked when the node
     starts: e.g. ``[transport] header_timeout_s = 60``."""
+    device: str = ""
+    """This node's training device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (default: the scenario's
+    ``training.device``); checked at start."""
     app: str = ""
     """The app the genesis pins (``node.apps``: a ``.py`` file or a package directory; default: the scenario's, else
     an installed one of the pinned name)."""
@@ -471,6 +474,8 @@ class NodeConfig:
             raise ValueError(f"log_format must be 'human' or 'json', got {self.log_format!r:.40}")
         if not 0.1 <= self.status_every_s <= 86400:
             raise ValueError(f"status_every_s must be in [0.1, 86400], got {self.status_every_s}")
+        if self.device and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", self.device):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r:.40}")
         for a in self.listen:
             check_multiaddr(a)
         for a in self.peers:

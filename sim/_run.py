@@ -46,6 +46,7 @@ from node.apps import app_beside, load_pinned_app, pin_of
 from node.reexec import reexecutor_or_why
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
+from sim._world import resolve_device
 
 __all__ = [
     "has_backdoor",
@@ -356,6 +357,7 @@ def run_scenario(
     on_summary: Callable[[dict[str, Any]], None] | None = None,
     reproducible: bool = False,
     sets: Sequence[str] = (),
+    device: str | None = None,
 ) -> dict[str, Any]:
     """Run the scenario at ``path`` into the results folder ``out`` (new or empty; with ``force``, an earlier
     results folder is replaced once the new one is complete); return the summary. ``workers``: training
@@ -366,14 +368,18 @@ def run_scenario(
     (as the scenario key ``training.reproducible = true``; the process must have started in the mode's
     environment, ``learning.reproducible``). ``sets``: ``--set KEY=VALUE`` overrides of the scenario
     (``sim.apply_sets``); the results folder's ``scenario.toml`` holds the scenario they make, so its reproduce
-    command runs it again.
+    command runs it again. ``device``: this run's training device instead of the scenario's (``"auto"``, ``"cpu"``,
+    ``"cuda"``, ``"cuda:N"``, ``"mps"``; :func:`resolve_device`).
 
     Bad input raises :class:`ConfigFileError` (the scenario) or :class:`OutputPathError` (``out``) and leaves
     nothing behind; so does a run whose local training diverges until no block can be committed."""
     scenario = load_scenario(path, seed=seed, rounds=rounds, sets=sets)
     if reproducible and not scenario.training.reproducible:
         scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, reproducible=True))
-    _check_device(scenario.training.device, path)
+    # the device this run trains on (the results' scenario.toml records it: "auto" resolved)
+    dev = resolve_device(device or scenario.training.device, "--device" if device else path)
+    if dev != scenario.training.device:
+        scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, device=dev))
     with results_folder(out, force=force) as build:
         try:
             sim = Simulation(scenario, ledger_dir=build / "ledger", on_round=None, workers=workers, executor=executor)
@@ -455,20 +461,6 @@ def run_scenario(
                 f"aggregated an update in {len(res.rounds)} rounds: lower training.lr ({scenario.training.lr})"
             )
         return finish(res)
-
-
-def _check_device(device: str, source: str | os.PathLike[str]) -> None:
-    """The scenario's training device exists on this machine (a local matter: checked when a run starts, not
-    when a scenario loads, so a GPU run's results folder still audits on a CPU-only machine)."""
-    if device == "cpu":
-        return
-    import torch  # noqa: PLC0415
-
-    index = int(device.partition(":")[2] or 0)
-    if not torch.cuda.is_available():
-        raise ConfigFileError(f"{source}: training.device = {device!r} but CUDA is not available here (use \"cpu\")")
-    if index >= torch.cuda.device_count():
-        raise ConfigFileError(f"{source}: training.device = {device!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 def check_model_fits(sim: Simulation, source: str | os.PathLike[str]) -> None:

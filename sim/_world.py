@@ -13,6 +13,7 @@ The adversary's data attacks and the network stay with the simulator; a job here
 from __future__ import annotations
 
 from collections import OrderedDict
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from learning import (
     vector_to_blob,
     with_public,
 )
+from node import ConfigFileError
 from sim._rng import RngTree
 from sim._scenario import DataSection, Scenario
 
@@ -226,7 +228,9 @@ class World:
                 prox_mu=tr.prox_mu,
                 sampling=tr.sampling,  # type: ignore[arg-type]
             ),
-            device=tr.device,
+            # ("auto": this machine's; an explicit device is checked where a run or a node starts, not here, so that
+            # a GPU run's world still builds where its ledger is audited)
+            device=resolve_device(tr.device, "training.device") if tr.device == "auto" else tr.device,
         )
         sched_params = dict(tr.schedule_params)
         fields_ = getattr(SCHEDULES.get(tr.schedule), "__dataclass_fields__", {})
@@ -505,3 +509,40 @@ class MemberTrainer:
         for u in block.payload.updates:
             if u.peer == self.peer and u.fl_round in self._pending:
                 self._client_state = self._pending.pop(u.fl_round)
+
+
+def resolve_device(device: str, source: str | os.PathLike[str]) -> str:
+    """The training device to use on this machine for ``device`` (a scenario's ``training.device``, or a node's or a
+    run's own ``--device``): ``"auto"`` is ``"cuda"`` where CUDA is present, else ``"mps"`` where Apple's Metal is,
+    else ``"cpu"``; any other value must exist here (:func:`_check_device`: one line naming what is missing). A local
+    matter, checked when a run or a node starts, not when a scenario loads, so a GPU run's results folder still
+    audits on a CPU-only machine; the device is no part of the genesis (the initial model is the same on any)."""
+    if device == "auto":
+        import torch  # noqa: PLC0415
+
+        if torch.cuda.is_available():
+            return "cuda"
+        mps = getattr(torch.backends, "mps", None)
+        return "mps" if mps is not None and mps.is_available() else "cpu"
+    _check_device(device, source)
+    return device
+
+
+def _check_device(device: str, source: str | os.PathLike[str]) -> None:
+    """The training device exists on this machine (:func:`resolve_device`)."""
+    if device == "cpu":
+        return
+    import torch  # noqa: PLC0415
+
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigFileError(f"{source}: training.device = 'mps' but Apple's MPS is not available here (use \"cpu\" "
+                                  "or \"auto\")")
+        return
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available():
+        raise ConfigFileError(f"{source}: training.device = {device!r} but CUDA is not available here (use \"cpu\" or "
+                              "\"auto\")")
+    if index >= torch.cuda.device_count():
+        raise ConfigFileError(f"{source}: training.device = {device!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")

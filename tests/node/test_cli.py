@@ -257,3 +257,29 @@ def test_testnet_init_takes_set_overrides_into_its_scenario(capsys, tmp_path):
     code, out, err = run(capsys, "testnet", "init", "--scenario", "testnet", "--set", "training.lr=[1]", "--out",
                          str(tmp_path / "bad"))
     assert code == 2 and "training.lr" in err and not (tmp_path / "bad").exists()
+
+
+def test_the_training_device_is_the_runs_and_the_nodes_own_choice(capsys, tmp_path):
+    """Issue 33 item 4: ``--device`` on ``sim run`` and ``node start`` (and ``device`` in a node config) overrides the
+    scenario's; ``auto`` resolves on this machine (CUDA, else MPS, else the CPU) and the results record what ran; a
+    device this machine lacks, or a name that is none, is one line and exit 2, checked at start."""
+    from sim._world import resolve_device  # noqa: PLC0415
+
+    code, out, err = run(capsys, "sim", "run", "quickstart", "--rounds", "2", "--device", "auto", "--out",
+                         str(tmp_path / "a"), "--quiet")
+    assert code == 0, out + err
+    ran = tomllib.loads((tmp_path / "a" / "scenario.toml").read_text())["training"]["device"]
+    assert ran == resolve_device("auto", "test") and ran in ("cpu", "cuda", "mps")
+    for device, needle in (("cuda:99", "training.device = 'cuda:99'"), ("tpu", "expected auto, cpu, cuda")):
+        code, out, err = run(capsys, "sim", "run", "quickstart", "--device", device, "--out", str(tmp_path / "b"))
+        assert code == 2 and err.count("\n") == 1 and needle in err, (device, err)
+        assert not (tmp_path / "b").exists()
+    assert run(capsys, "testnet", "init", "--scenario", "testnet", "--out", str(tmp_path / "net"))[0] == 0
+    node_toml = tmp_path / "net" / "nodes" / "node-0" / "node.toml"
+    for extra, needle in ((["--device", "cuda:99"], "training.device = 'cuda:99'"),
+                          (["--device", "tpu"], "expected auto, cpu, cuda")):
+        code, out, err = run(capsys, "node", "start", "--config", str(node_toml), *extra)
+        assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
+    node_toml.write_text('device = "tpu"\n' + node_toml.read_text())  # (a top-level key: before any table)
+    code, out, err = run(capsys, "node", "start", "--config", str(node_toml))
+    assert code == 2 and "device must be auto, cpu, cuda, cuda:N or mps" in err, err
