@@ -9,6 +9,7 @@ name           architecture                                                     
 ``mlp``        ``Linear → ReLU → … → Linear`` (W1; seed_001 §6.1; seed_002 §6.1)          e.g. 4,810 (W1)
 ``lenet5``     LeNet-5 on 3×32×32, Xavier-uniform linears, zero biases (seed_000 §4.3)   62,006
 ``fmnist_cnn`` LeNet-5 style on 1×28×28, FC 256→120→84→10 (seed_001 §4, SimpleCNNMNIST)  44,426
+``small_cnn``  Conv 3×3 (16) → pool → Conv 3×3 (32) → pool → Linear: fits the bundled 8×8 digits  6,090 (8×8)
 ``femnist_cnn`` seed_004 §5 Table 2: conv 64, conv 128, FC 2048→1024→62                  2,368,318
 ``vgg11``      VGG-11 config A without BatchNorm (seed_001 §4, seed_002 §4)              9,750,922
 ``char_lstm``  Shakespeare: Embedding(80, 8) → 2×LSTM(100) → Linear(100, 80) (seed_003)  133,520
@@ -417,6 +418,54 @@ class FMNISTCNNSpec:
     def initialize(self, module: nn.Module, generator: torch.Generator) -> None:
         assert isinstance(module, _LeNet)
         for layer in (module.conv1, module.conv2, module.fc1, module.fc2, module.fc3):
+            _torch_default(layer, generator)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A small CNN for small images (the bundled 8×8 digits).
+
+
+class _SmallCNN(nn.Module):
+    """Conv(c→16,3,pad 1) → ReLU → MaxPool2 → Conv(16→32,3,pad 1) → ReLU → MaxPool2 → flatten → Linear."""
+
+    def __init__(self, in_channels: int, image_size: int, num_classes: int) -> None:
+        super().__init__()
+        side = image_size // 4
+        self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = nn.Linear(32 * side * side, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+@register_model("small_cnn")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SmallCNNSpec:
+    """A small CNN that fits the bundled digits (``dataset = "digits"`` with ``params = { image = true }``: 1×8×8)
+    where LeNet-5's two 5×5 convolutions need ≥ 16 pixels a side: two 3×3 convolutions with padding (16 and 32
+    channels), each followed by ReLU and 2×2 max pooling, then one linear layer; 6,090 parameters on 1×8×8 with 10
+    classes. ``image_size`` must be a multiple of 4. PyTorch default initialisation."""
+
+    name: ClassVar[str]
+    in_channels: int = 1
+    image_size: int = 8
+    num_classes: int = 10
+
+    def __post_init__(self) -> None:
+        _check_positive("small_cnn", in_channels=self.in_channels, image_size=self.image_size,
+                        num_classes=self.num_classes)
+        if self.image_size % 4:
+            raise ConfigError(f"small_cnn: image_size {self.image_size} must be a multiple of 4 (two 2×2 poolings)")
+
+    def build(self) -> nn.Module:
+        return _SmallCNN(self.in_channels, self.image_size, self.num_classes)
+
+    def initialize(self, module: nn.Module, generator: torch.Generator) -> None:
+        assert isinstance(module, _SmallCNN)
+        for layer in (module.conv1, module.conv2, module.fc):
             _torch_default(layer, generator)
 
 

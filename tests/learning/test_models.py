@@ -31,6 +31,7 @@ CASES = [
     ("femnist_cnn", {}, 2_368_318, torch.zeros(2, 1, 28, 28), (2, 62)),  # seed_004 §5
     ("lenet5", {}, 62_006, torch.zeros(2, 3, 32, 32), (2, 10)),  # seed_000 §4.3
     ("fmnist_cnn", {}, 44_426, torch.zeros(2, 1, 28, 28), (2, 10)),  # seed_001 §4
+    ("small_cnn", {}, 6_090, torch.zeros(2, 1, 8, 8), (2, 10)),  # the bundled 8×8 digits (issue 33)
     ("vgg11", {}, 9_750_922, torch.zeros(2, 3, 32, 32), (2, 10)),  # seed_001 §4
     ("mlp", {"in_features": 64, "hidden": [64], "num_classes": 10}, 4_810, torch.zeros(2, 64), (2, 10)),  # W1
     ("mlp", {"in_features": 64, "hidden": [32], "init": "he"}, 2_410, torch.zeros(2, 64), (2, 10)),  # seed_001 §6.1
