@@ -136,7 +136,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     device = args.device or cfg.device  # the node's own choice (issue 33 item 4), checked here at start
     if device and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", device):
         raise ConfigFileError(f"--device {device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
-    from sim._world import resolve_device  # noqa: PLC0415
+    from sim import resolve_device  # noqa: PLC0415
 
     dev = resolve_device(device or scenario.training.device, "--device" if device else scenario_path)
     scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, device=dev))

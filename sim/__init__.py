@@ -16,7 +16,9 @@ from sim._run import (
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
 from sim._sweep import parse_grid, parse_seeds, run_sweep
 from sim._testnet import LocalTestnet, init_testnet
-from sim._world import MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary
+from sim._world import (
+    MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary, resolve_device,
+)
 
 __all__ = [
     "GPU_FRACTION_DEFAULT",
@@ -41,6 +43,7 @@ __all__ = [
     "parse_grid",
     "parse_seeds",
     "run_sweep",
+    "resolve_device",
     "load_scenario",
     "metric_columns",
     "network_adversary",

@@ -263,7 +263,7 @@ def test_the_training_device_is_the_runs_and_the_nodes_own_choice(capsys, tmp_pa
     """Issue 33 item 4: ``--device`` on ``sim run`` and ``node start`` (and ``device`` in a node config) overrides the
     scenario's; ``auto`` resolves on this machine (CUDA, else MPS, else the CPU) and the results record what ran; a
     device this machine lacks, or a name that is none, is one line and exit 2, checked at start."""
-    from sim._world import resolve_device  # noqa: PLC0415
+    from sim import resolve_device  # noqa: PLC0415
 
     code, out, err = run(capsys, "sim", "run", "quickstart", "--rounds", "2", "--device", "auto", "--out",
                          str(tmp_path / "a"), "--quiet")
