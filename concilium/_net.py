@@ -117,14 +117,15 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads))
     from learning import LearningError  # noqa: PLC0415
 
-    from node.apps import load_pinned_app, pin_of  # noqa: PLC0415
+    from node.apps import app_of_scenario, load_pinned_app, pin_of  # noqa: PLC0415
 
     # the app the genesis pins: --app, or the scenario's, or an installed one of that name; another is refused here,
-    # at start, with both digests (a validator with other code could never agree with the others)
-    app_path = args.app or cfg.app or None
-    if app_path:  # first: its plug-ins are what the scenario's names resolve to
-        load_pinned_app(genesis.protocol.params, app_path, what=str(cfg.genesis))
+    # at start, with both digests, before it is imported (a validator with other code could never agree)
     scenario_path = resolve_scenario(cfg.data.scenario)
+    app_path = args.app or cfg.app or None
+    if app_path or (pin_of(genesis.protocol.params) is not None and app_of_scenario(scenario_path) is not None):
+        # first: its plug-ins are what the scenario's names resolve to
+        load_pinned_app(genesis.protocol.params, app_path or app_of_scenario(scenario_path), what=str(cfg.genesis))
     try:
         scenario = load_scenario(scenario_path)  # (imports the scenario's app, if it names one)
     except ConfigFileError as e:

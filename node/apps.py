@@ -42,6 +42,7 @@ __all__ = [
     "app_pin",
     "check_app",
     "app_beside",
+    "app_of_scenario",
     "copy_app",
     "load_app",
     "load_pinned_app",
@@ -113,10 +114,12 @@ def _name_of(path: Path) -> str:
     return name
 
 
-def load_app(path: str | os.PathLike[str]) -> App:
+def load_app(path: str | os.PathLike[str], *, expect: tuple[str, str] | None = None, what: str = "the genesis") -> App:
     """Import the app at ``path`` (a ``.py`` file or a package directory) once in this process and return it.
-    Raises :class:`ConfigFileError` (one line) when it is missing, not an app, clashes with another module of its
-    name, or fails to import (the exception it raised, named)."""
+    ``expect``: the ``(name, digest)`` a genesis pins; an app that is not that one is refused *before* it is
+    imported, so that no code but the pinned one runs (a results folder's ``scenario.toml`` may name any file).
+    Raises :class:`ConfigFileError` (one line) when it is missing, not an app, not the expected one (both digests),
+    clashes with another module of its name, or fails to import (the exception it raised, named)."""
     p = Path(path).resolve()
     if not p.exists():
         raise ConfigFileError(f"{path}: no such app (a .py file or a package directory)")
@@ -126,6 +129,9 @@ def load_app(path: str | os.PathLike[str]) -> App:
         raise ConfigFileError(f"{path}: an app is a .py file or a package directory")
     name = _name_of(p)
     digest = app_digest(p)
+    if expect is not None and (name, digest) != expect:
+        raise ConfigFileError(f"app {name!r} ({p}) has digest {digest}, but {what} pins app {expect[0]!r} with digest "
+                              f"{expect[1]}")
     got = _LOADED.get(name)
     if got is not None:  # (a copy of it, e.g. a results folder's, is the same code: same digest)
         if got.digest != digest:
@@ -163,8 +169,9 @@ def _entry_point(name: str) -> importlib.metadata.EntryPoint | None:
     return None
 
 
-def _load_entry_point(name: str) -> App | None:
-    """The installed app ``name`` (entry point group :data:`ENTRY_POINT_GROUP`), imported, or None."""
+def _load_entry_point(name: str, digest_expected: str, what: str) -> App | None:
+    """The installed app ``name`` (entry point group :data:`ENTRY_POINT_GROUP`), imported if its digest is the
+    expected one (checked before the import), or None if none is installed."""
     ep = _entry_point(name)
     if ep is None:
         return None
@@ -174,11 +181,15 @@ def _load_entry_point(name: str) -> App | None:
         raise ConfigFileError(f"installed app {name!r} ({ep.value}): its module cannot be found")
     origin = Path(spec.origin)
     root = origin.parent if origin.name == "__init__.py" else origin
+    digest = app_digest(root)
+    if digest != digest_expected:
+        raise ConfigFileError(f"installed app {name!r} ({root}) has digest {digest}, but {what} pins it with digest "
+                              f"{digest_expected}")
     try:
         importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001
         raise ConfigFileError(f"installed app {name!r}: failed to import: {type(e).__name__}: {e}") from None
-    app = App(name=name, digest=app_digest(root), source=f"entry point {name} ({root})")
+    app = App(name=name, digest=digest, source=f"entry point {name} ({root})")
     _LOADED.setdefault(name, app)
     return app
 
@@ -224,9 +235,10 @@ def load_pinned_app(params: Mapping[str, Any], path: str | os.PathLike[str] | No
     from an installed distribution of that name, and checked (:func:`check_app`); None when nothing is pinned (and ``path`` is None). Raises
     :class:`ConfigFileError` with one line otherwise."""
     pin = pin_of(params)
-    app = load_app(path) if path is not None else None
+    app = load_app(path, expect=pin, what=what) if path is not None else None
     if app is None and pin is not None:
-        app = _LOADED.get(pin[0]) or _load_entry_point(pin[0])  # (this process loaded it already: a run's own audit)
+        # (this process loaded it already: a run's own audit)
+        app = _LOADED.get(pin[0]) or _load_entry_point(pin[0], pin[1], what)
     check_app(params, app, what=what)
     return app
 
@@ -234,16 +246,21 @@ def load_pinned_app(params: Mapping[str, Any], path: str | os.PathLike[str] | No
 def app_beside(ledger: str | os.PathLike[str]) -> Path | None:
     """The app a results folder's ``scenario.toml`` names (``sim run`` and ``testnet`` copy the app beside it), for
     the ledger in that folder; None if there is none."""
+    p = Path(ledger)
+    return app_of_scenario((p.parent if p.is_file() else p).parent / "scenario.toml")
+
+
+def app_of_scenario(scenario: str | os.PathLike[str]) -> Path | None:
+    """The app a scenario file names (its ``app`` key, resolved against the file's folder), read without loading
+    the scenario (which would import it); None if it names none or cannot be read."""
     import tomllib  # noqa: PLC0415
 
-    p = Path(ledger)
-    folder = (p.parent if p.is_file() else p).parent
-    scenario = folder / "scenario.toml"
+    f = Path(scenario)
     try:
-        app = tomllib.loads(scenario.read_text(encoding="utf-8")).get(APP_KEY) if scenario.is_file() else None
+        app = tomllib.loads(f.read_text(encoding="utf-8")).get(APP_KEY) if f.is_file() else None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
-    return (folder / app).resolve() if isinstance(app, str) and app else None
+    return (f.parent / app).resolve() if isinstance(app, str) and app else None
 
 
 def copy_app(app: App, dest: Path) -> str:

@@ -285,13 +285,18 @@ def public_eval_for_ledger(path: Path) -> PublicEval | None:
     if not scenario_file.is_file():
         return None
     try:
+        store, _ = open_ledger(path, readonly=True, check_index=False)
+        with store:
+            stored = store.genesis()
+        if app_beside(path) is not None:  # the scenario names an app: only the one the genesis pins may be imported,
+            # checked by its digest before the import (loading the scenario would import whatever it names)
+            if pin_of(stored.protocol.params) is None:
+                return None
+            load_pinned_app(stored.protocol.params, app_beside(path), what="the ledger's genesis")
         scenario = load_scenario(scenario_file)
         if not scenario.data.public_size:
             return None
         sim = Simulation(scenario)
-        store, _ = open_ledger(path, readonly=True, check_index=False)
-        with store:
-            stored = store.genesis()
         # the same chain but for the initial model's digest: the evaluator needs the public split and the model's
         # architecture, not θ0, whose bits PyTorch's initialisation kernels round differently from CPU to CPU
         rebuilt = dataclasses.replace(sim.genesis, model=dataclasses.replace(sim.genesis.model, digest=stored.model.digest))

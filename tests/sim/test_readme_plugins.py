@@ -100,6 +100,16 @@ def test_the_app_through_the_command_line(tmp_path, readme_plugins):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and pin["digest"] in r.stderr and "has digest" in r.stderr, r.stderr
     r = run("ledger", "verify", str(moved / "ledger"), "--reexec", "no")
     assert r.returncode == 0 and "(rounds not re-executed: --reexec no)" in r.stdout
+    # a results folder whose scenario.toml names other code: refused by its digest before it is imported (only the
+    # pinned code ever runs in an auditor)
+    forged = tmp_path / "forged"
+    shutil.copytree(out / "ledger", forged / "ledger")
+    (forged / "app").mkdir()
+    (forged / "app" / "my_plugins.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    (forged / "scenario.toml").write_text('app = "app/my_plugins.py"\n')
+    r = run("ledger", "verify", str(forged / "ledger"))
+    assert r.returncode == 3 and "has digest" in r.stdout and pin["digest"] in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "ran").exists(), "the unpinned app was imported"
     # installed: a distribution whose entry point (group concilium.apps) is the pinned name
     site = tmp_path / "site"
     (site / "my_plugins-0.1.dist-info").mkdir(parents=True)
