@@ -21,7 +21,6 @@ import io
 import json
 import math
 import os
-import re
 import stat
 import sys
 import time
@@ -572,8 +571,6 @@ def cmd_sim_run(args: argparse.Namespace) -> int:
 
     scenario = resolve_scenario(args.scenario)  # a path or a bundled name; unknown: one line naming the bundled ones
     loaded = load_scenario(scenario, sets=args.set)
-    if args.device is not None and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", args.device):
-        raise CliError(f"--device {args.device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
     rerun = rerun_reproducible(args, args.reproducible or loaded.training.reproducible)
     if rerun is not None:
         return rerun

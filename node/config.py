@@ -446,6 +446,10 @@ class NodeDataConfig:
             raise ValueError(f"data.member must be a member index >= 0, got {self.member}")
 
 
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]{1,2})?)$")
+"""A training device name: a scenario's ``training.device``, a node config's ``device``, ``--device``."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """A node's config file: relative paths are relative to the file's folder."""
@@ -474,7 +478,7 @@ class NodeConfig:
             raise ValueError(f"log_format must be 'human' or 'json', got {self.log_format!r:.40}")
         if not 0.1 <= self.status_every_s <= 86400:
             raise ValueError(f"status_every_s must be in [0.1, 86400], got {self.status_every_s}")
-        if self.device and not re.fullmatch(r"auto|cpu|mps|cuda(:[0-9]{1,2})?", self.device):
+        if self.device and not DEVICE_PATTERN.match(self.device):
             raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r:.40}")
         for a in self.listen:
             check_multiaddr(a)

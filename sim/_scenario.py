@@ -64,7 +64,7 @@ from typing import Any
 from consensus import BYZANTINE_FRACTION_DEFAULT, RISK_BUDGET_DEFAULT
 from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, TIME_MS_MAX, Timeouts, time_drift_ms_of
 from node import ConfigFileError
-from node.config import load_toml, record_from_toml
+from node.config import DEVICE_PATTERN, load_toml, record_from_toml
 
 __all__ = [
     "AdversaryConfig",
@@ -110,7 +110,6 @@ MEMORY_BYTES_MAX = 1 << 35
 MODEL_COPIES_EXTRA = 8
 """The estimate counts one float32 model per member plus this many (global, aggregate, buffers)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]{1,2})?)$")
 _MEMBER_TARGET = re.compile(r"^member:(0|[1-9][0-9]{0,5})$")
 
 
@@ -229,7 +228,7 @@ class TrainingSection:
         _check(0 < self.lr <= LR_MAX, f"lr must be in (0, {LR_MAX:.0e}], got {self.lr}")
         _check(0 <= self.prox_mu <= LR_MAX, f"prox_mu must be in [0, {LR_MAX:.0e}]")
         _check(0 <= self.weight_decay <= LR_MAX, f"weight_decay must be in [0, {LR_MAX:.0e}]")
-        _check(bool(_DEVICE.match(self.device)), f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r:.40}")
+        _check(bool(DEVICE_PATTERN.match(self.device)), f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r:.40}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -517,6 +517,10 @@ def resolve_device(device: str, source: str | os.PathLike[str]) -> str:
     else ``"cpu"``; any other value must exist here (:func:`_check_device`: one line naming what is missing). A local
     matter, checked when a run or a node starts, not when a scenario loads, so a GPU run's results folder still
     audits on a CPU-only machine; the device is no part of the genesis (the initial model is the same on any)."""
+    from node.config import DEVICE_PATTERN  # noqa: PLC0415
+
+    if not DEVICE_PATTERN.match(device):
+        raise ConfigFileError(f"{source}: device {device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
     if device == "auto":
         import torch  # noqa: PLC0415
 
