@@ -20,16 +20,19 @@ goes on checking the chain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from consensus import KIND_SCORES, RemoteProtocolError, parse_score_row
 from ledger import AuditFinding, BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
 from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector, distance_row, distance_rtol
+from node._errors import ConfigFileError
 from node._rounds import RoundRules
 
-__all__ = ["RoundReexecutor", "recheck_score_rows", "reexecutor_for", "reexecutor_or_why"]
+__all__ = ["RoundReexecutor", "ledger_reexecutor", "recheck_score_rows", "reexecutor_for", "reexecutor_or_why"]
 
 
 class RoundReexecutor:
@@ -138,3 +141,38 @@ def reexecutor_or_why(genesis: Genesis, *, public: PublicEval | None = None) -> 
         return RoundReexecutor(genesis, public=public), ""
     except (LearningError, ValueError) as e:
         return None, f"algorithm {genesis.protocol.algorithm!r} cannot be built here: {e}"
+
+
+def ledger_reexecutor(
+    genesis: Genesis,
+    ledger: str | os.PathLike[str],
+    *,
+    app: str | os.PathLike[str] | None = None,
+    public: PublicEval | None = None,
+    public_for: Callable[[Path], PublicEval | None] | None = None,
+    build: bool = True,
+) -> tuple[RoundReexecutor | None, str]:
+    """What an audit of the stored ledger at ``ledger`` re-executes its rounds with: ``(re-executor, "")`` or
+    ``(None, why)``. First the app ``genesis`` pins (``node.apps``): ``app`` if given (a failure raises: the
+    auditor's own input, one line), else the copy a results folder keeps beside the ledger, else this process's or
+    an installed one (a failure is part of ``why``). Then the strategy, with ``public`` or, where it needs a public
+    split, the one ``public_for(ledger)`` rebuilds. ``build=False``: only the app (the caller re-executes nothing)."""
+    from node.apps import app_beside, load_pinned_app, pin_of  # noqa: PLC0415
+
+    params = genesis.protocol.params
+    app_why = ""
+    try:
+        if pin_of(params) is not None or app is not None:
+            load_pinned_app(params, app if app is not None else app_beside(ledger), what="the ledger's genesis")
+    except (ConfigFileError, ValueError) as e:
+        if app is not None:
+            raise
+        app_why = f"{e}; "
+    if not build:
+        return None, ""
+    rx, why = reexecutor_or_why(genesis, public=public)
+    if rx is None and public is None and public_for is not None:
+        rebuilt = public_for(Path(ledger))
+        if rebuilt is not None:
+            rx, why = reexecutor_or_why(genesis, public=rebuilt)
+    return rx, app_why + why

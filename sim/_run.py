@@ -43,7 +43,7 @@ from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
 from learning import LearningError, PublicEval, parse_data_attack
 from node.apps import app_beside, load_pinned_app, pin_of
-from node.reexec import reexecutor_or_why
+from node.reexec import ledger_reexecutor
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
 from sim._world import resolve_device
@@ -328,16 +328,7 @@ def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) 
     store, blobs = open_ledger(path, readonly=True, check_index=False)
     with store:
         g = store.genesis()
-        app_why = ""
-        try:
-            if pin_of(g.protocol.params) is not None:  # the app the genesis pins: this process's, or the folder's
-                load_pinned_app(g.protocol.params, app_beside(path), what="the ledger's genesis")
-        except (ConfigFileError, ValueError) as e:
-            app_why = f"{e}; "
-        rx, why = reexecutor_or_why(g, public=public)
-        if rx is None and public is None:
-            rx, why = reexecutor_or_why(g, public=public_eval_for_ledger(Path(path)))
-        why = app_why + why
+        rx, why = ledger_reexecutor(g, path, public=public, public_for=public_eval_for_ledger)
         report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx,
                              now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
     if not report.ok:

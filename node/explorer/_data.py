@@ -41,7 +41,6 @@ from ledger import (
     to_json_value,
 )
 from ledger.store import CorruptStoreError, SqliteBlockStore, open_ledger, resolve_ledger_path
-from node._errors import ConfigFileError
 from node.config import load_genesis, record_to_toml
 
 __all__ = [
@@ -234,32 +233,17 @@ def audit_ledger(
             if trusted.hash() != genesis.hash():
                 reason = f"the ledger's genesis differs from {trusted_genesis}"
                 return AuditOutcome(False, f"FAIL at height 0: {reason}", 0, reason)
-        from node.apps import app_beside, load_pinned_app, pin_of  # noqa: PLC0415
-        from node.reexec import reexecutor_or_why  # noqa: PLC0415 - imports torch: only for an audit
+        from node.apps import pin_of  # noqa: PLC0415
+        from node.reexec import ledger_reexecutor  # noqa: PLC0415 - imports torch: only for an audit
 
         try:
-            pinned = pin_of(genesis.protocol.params)
+            pin_of(genesis.protocol.params)
         except ValueError as e:
             return AuditOutcome(False, f"FAIL at height 0: {e}", 0, str(e))
-        app_why = ""
-        if pinned is not None or app is not None:  # the plug-ins re-execution runs: the genesis pins them
-            try:
-                load_pinned_app(genesis.protocol.params, app if app is not None else app_beside(path),
-                                what="the ledger's genesis")
-            except ConfigFileError as e:
-                if app is not None:
-                    raise  # the auditor's own --app: one line
-                app_why = f"{e}; "
-        rx, why = None, ""
-        if reexec != "no" and not no_blobs:
-            rx, why = reexecutor_or_why(genesis)
-            if rx is None and public_for is not None:
-                # a strategy that scores models on a public split (Sself): rebuilt by the caller (from a results
-                # folder's scenario.toml, or the node's own split)
-                public = public_for(Path(path))
-                if public is not None:
-                    rx, why = reexecutor_or_why(genesis, public=public)
-        why = app_why + why
+        # (a strategy that scores models on a public split, Sself: public_for rebuilds it, from a results folder's
+        # scenario.toml or the node's own split)
+        rx, why = ledger_reexecutor(genesis, path, app=app, public_for=public_for,
+                                    build=reexec != "no" and not no_blobs)
         if reexec == "yes" and rx is None:
             raise CannotReexecute(f"{path}: cannot re-execute the rounds: {why}")
         if on_start is not None:
