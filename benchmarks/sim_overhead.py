@@ -19,7 +19,7 @@ the CPU ratio next to it says how much more work one of them did with them.
     One minimal FedAvg loop a user would write, with no node, consensus, ledger or simulator code. It loads the
     data with ``learning.data.DigitsSpec``, splits it with ``learning.data.IIDPartition`` and trains every
     client with ``learning.training.LocalTrainer`` - the *same* training function the simulator calls, with the
-    seeds derived as the simulator derives them (``sim._rng.RngTree``), so both sides do the same training (the
+    seeds derived as the simulator derives them (``learning.RngTree``), so both sides do the same training (the
     same minibatches from the same starting points, up to aggregation rounding). One thread: one core busy.
 ``torch``
     The same loop written with nothing but PyTorch (``nn.Sequential``, ``load_state_dict`` per client,

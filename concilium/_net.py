@@ -39,7 +39,7 @@ def _node_inputs(args: argparse.Namespace) -> Any:
             raise ConfigFileError(f"{missing[0]}: required (or give --config FILE)")
         cfg = NodeConfig(genesis=args.genesis, key=args.key, data_dir=args.data_dir)
     over: dict[str, Any] = {}
-    for name in ("genesis", "key", "data_dir", "log_format"):
+    for name in ("genesis", "key", "data_dir", "log_format", "initial_model"):
         v = getattr(args, name)
         if v:
             over[name] = v
@@ -49,20 +49,27 @@ def _node_inputs(args: argparse.Namespace) -> Any:
         over["peers"] = tuple(cfg.peers) + tuple(args.peer)
     if args.status_every is not None:
         over["status_every_s"] = args.status_every
-    if args.data or args.member is not None:
+    flags = {"path": args.data_path, "format": args.data_format, "label": args.data_label,
+             "validation": args.data_validation}
+    if any(v is not None for v in flags.values()):
         d = cfg.data
+        base = dataclasses.asdict(d) if d is not None else {"path": "", "format": ""}
+        if flags["validation"] is not None:
+            try:
+                flags["validation"] = float(flags["validation"])
+            except ValueError:
+                pass  # a path
         try:
-            over["data"] = NodeDataConfig(scenario=args.data or (d.scenario if d else ""),
-                                          member=args.member if args.member is not None else (d.member if d else -1))
+            over["data"] = NodeDataConfig(**{**base, **{k: v for k, v in flags.items() if v is not None}})
         except ValueError as e:
-            raise ConfigFileError(f"--data/--member: {e}") from None
+            raise ConfigFileError(f"--data-path/--data-format: {e}") from None
     try:
         cfg = dataclasses.replace(cfg, **over)
     except ValueError as e:
         raise ConfigFileError(f"{args.config or 'node options'}: {e}") from None
     if cfg.data is None:
-        raise ConfigFileError(f"{args.config or '--data'}: no training data: give --data SCENARIO --member I "
-                              "(or a [data] section in the node config)")
+        raise ConfigFileError(f"{args.config or '--data-path'}: no training data: give --data-path PATH --data-format "
+                              "FORMAT (or a [data] table with path and format in the node config)")
     return cfg
 
 
@@ -100,69 +107,49 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from node.runtime import TransportLimits  # noqa: PLC0415
 
     limits = record_from_toml(TransportLimits, dict(cfg.transport or {}), source=f"{args.config or 'node config'}: transport")
+    rerun = rerun_reproducible(args, cfg.reproducible)
+    if rerun is not None:
+        return rerun
+    if cfg.reproducible:
+        from learning import reproducible  # noqa: PLC0415
+
+        reproducible.configure()  # before the first tensor
 
     import torch  # noqa: PLC0415
 
-    from sim import (  # noqa: PLC0415
-        MemberTrainer,
-        World,
-        byzantine_indices,
-        check_network_adversary,
-        load_scenario,
-        network_adversary,
-        resolve_scenario,
-    )
-
     torch.set_num_threads(max(1, args.threads))
-    from learning import LearningError  # noqa: PLC0415
+    from learning import LearningError, LocalData  # noqa: PLC0415
+    from node.apps import load_pinned_app  # noqa: PLC0415
+    from node.world import MemberTrainer, MemberWorld, network_adversary, resolve_device  # noqa: PLC0415
 
-    from node.apps import app_of_scenario, load_pinned_app, pin_of  # noqa: PLC0415
-
-    # the app the genesis pins: --app, or the scenario's, or an installed one of that name; another is refused here,
-    # at start, with both digests, before it is imported (a validator with other code could never agree)
-    scenario_path = resolve_scenario(cfg.data.scenario)
-    app_path = args.app or cfg.app or None
-    if app_path or (pin_of(genesis.protocol.params) is not None and app_of_scenario(scenario_path) is not None):
-        # first: its plug-ins are what the scenario's names resolve to
-        load_pinned_app(genesis.protocol.params, app_path or app_of_scenario(scenario_path), what=str(cfg.genesis))
+    # the app the genesis pins: --app, or the node config's, or an installed one of that name; another is refused
+    # here, at start, with both digests, before it is imported (a validator with other code could never agree)
+    load_pinned_app(genesis.protocol.params, args.app or cfg.app or None, what=str(cfg.genesis))
+    # the node's own device (issue 33 item 4), checked here at start
+    dev = resolve_device(args.device or cfg.device or "auto", "--device" if args.device else (args.config or "--device"))
+    data = cfg.data
     try:
-        scenario = load_scenario(scenario_path)  # (imports the scenario's app, if it names one)
-    except ConfigFileError as e:
-        pinned = pin_of(genesis.protocol.params)
-        if pinned is None or app_path:
-            raise
-        raise ConfigFileError(f"{e} ({cfg.genesis} pins app {pinned[0]!r}: give it with --app PATH)") from None
-    load_pinned_app(genesis.protocol.params, app_path or scenario.app or None, what=str(cfg.genesis))
-    device = args.device or cfg.device  # the node's own choice (issue 33 item 4), checked here at start
-    from sim import resolve_device  # noqa: PLC0415
-
-    dev = resolve_device(device or scenario.training.device, "--device" if device else scenario_path)
-    scenario = dataclasses.replace(scenario, training=dataclasses.replace(scenario.training, device=dev))
-    rerun = rerun_reproducible(args, scenario.training.reproducible)
-    if rerun is not None:
-        return rerun
-    try:
-        world = World.build(scenario)
-    except (LearningError, ValueError) as e:  # e.g. a local data file that is missing (the error names it)
-        raise ConfigFileError(f"{scenario_path}: {e}") from None
-    if world.genesis.model.digest != genesis.model.digest:
-        raise ConfigFileError(f"{scenario_path}: its initial model is not the genesis model of {cfg.genesis}")
-    if len(world.client_data) != len(genesis.members):
-        raise ConfigFileError(f"{scenario_path}: {len(world.client_data)} members, the genesis has {len(genesis.members)}")
-    try:
-        check_network_adversary(world.scenario)
-        byzantine = cfg.data.member in byzantine_indices(world.scenario, genesis)
-        trainer = MemberTrainer(world, cfg.data.member, byzantine=byzantine)
-        adversary = network_adversary(world, genesis, key)
-        public = world.public_eval()
-    except ValueError as e:
-        raise ConfigFileError(f"{scenario_path}: {e}") from None
+        local = LocalData.from_params(data.local_params(), f"{args.config or 'node options'}: data")
+        public = LocalData.from_params({"path": data.public, "format": data.public_format},
+                                       f"{args.config or 'node options'}: data.public") if data.public else None
+    except LearningError as e:
+        raise ConfigFileError(str(e)) from None
+    # this member's world, from the genesis and its own config only: its data, its model, its trainer (no simulator)
+    world = MemberWorld.build(genesis, key.peer_id, local, device=dev, initial_model_file=cfg.initial_model or None,
+                              public=public, what=str(cfg.genesis))
+    role = cfg.adversary
+    trainer = MemberTrainer(world, role)
+    adversary = network_adversary(genesis, key, role.faults if role is not None else (), world.rng)
+    public_eval = world.public_eval()
 
     import trio  # noqa: PLC0415
 
     from node.runtime import EventLog, NodeOptions, NodeRuntime, run_node  # noqa: PLC0415
 
-    log = EventLog(sys.stdout, fmt=cfg.log_format, name=f"n{cfg.data.member}")
+    log = EventLog(sys.stdout, fmt=cfg.log_format, name=f"n{world.index}")
+    log("data", samples=len(world.data), validation=len(world.validation) if world.validation is not None else 0,
+        public=len(world.public_data) if world.public_data is not None else 0, device=dev,
+        shape=list(world.contract.shape), classes=world.contract.classes, **{f"from_{k}": v for k, v in world.sources.items()})
     options = NodeOptions(
         listen=cfg.listen,
         peers={p: tuple(a) for p, a in peers.items()},
@@ -177,7 +164,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
     try:
         runtime = NodeRuntime(genesis=genesis, key=key, data_dir=cfg.data_dir, initial_model=world.theta0,
-                              trainer=trainer, options=options, log=log, adversary=adversary, public=public)
+                              trainer=trainer, options=options, log=log, adversary=adversary, public=public_eval)
     except DurableStateError as e:
         raise ConfigFileError(f"{cfg.data_dir}: {e}") from None
     signum = trio.run(run_node, runtime)
@@ -225,10 +212,22 @@ def _load_scenario_for(args: argparse.Namespace) -> tuple[Any, Path]:
     return scenario, path
 
 
+def _split_folder(args: argparse.Namespace) -> Path | None:
+    """``--data DIR``: a ``concilium data split`` folder (its manifest is checked when the nodes are wired)."""
+    if not getattr(args, "data", None):
+        return None
+    from concilium._data import read_manifest  # noqa: PLC0415
+
+    read_manifest(args.data)
+    return Path(args.data).resolve()
+
+
 def cmd_testnet_init(args: argparse.Namespace) -> int:
     from learning import LearningError  # noqa: PLC0415
     from node import ConfigFileError  # noqa: PLC0415
-    from sim import init_testnet, results_folder, write_scenario  # noqa: PLC0415
+    from concilium._testnet import init_testnet  # noqa: PLC0415
+    from node.apps import app_of_scenario  # noqa: PLC0415
+    from sim import results_folder, write_scenario  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     rerun = rerun_reproducible(args, scenario.training.reproducible)  # the genesis' initial model is trained bits
@@ -247,7 +246,8 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
             (out / "scenario.toml").write_bytes(path.read_bytes())
         try:
             files = init_testnet(scenario, out, hosts=args.host or ["127.0.0.1"], base_port=args.base_port,
-                                 scenario_file="../../scenario.toml", derived_keys=False, compose=args.compose)
+                                 derived_keys=False, compose=args.compose, data=_split_folder(args),
+                                 app=app_of_scenario(out / "scenario.toml"))
         except (LearningError, ValueError) as e:
             raise ConfigFileError(f"{path}: {e}") from None
     print(f"testnet {scenario.name}: {len(files)} nodes in {args.out}/ (genesis.toml, nodes/node-<i>/node.toml and node.key)")
@@ -261,7 +261,9 @@ def cmd_testnet_init(args: argparse.Namespace) -> int:
 def cmd_testnet_local(args: argparse.Namespace) -> int:
     from learning import LearningError  # noqa: PLC0415
     from node import ConfigFileError  # noqa: PLC0415
-    from sim import LocalTestnet, results_folder, write_scenario  # noqa: PLC0415
+    from concilium._testnet import LocalTestnet  # noqa: PLC0415
+    from node.apps import app_of_scenario  # noqa: PLC0415
+    from sim import results_folder, write_scenario  # noqa: PLC0415
 
     scenario, path = _load_scenario_for(args)
     rerun = rerun_reproducible(args, scenario.training.reproducible)  # the node processes inherit the mode
@@ -272,8 +274,8 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
     with results_folder(out_arg, force=args.force) as out:
         write_scenario(scenario, out)  # (its app, if any, copied beside it: the nodes load that copy)
         try:
-            net = LocalTestnet(scenario, out, scenario_file="../../scenario.toml", progress=not args.quiet,
-                               timeout_s=args.timeout)
+            net = LocalTestnet(scenario, out, progress=not args.quiet, timeout_s=args.timeout,
+                               data=_split_folder(args), app=app_of_scenario(out / "scenario.toml"))
         except (LearningError, ValueError) as e:  # the scenario's data/model cannot be built (a missing file...)
             raise ConfigFileError(f"{path}: {e}") from None
         summary = net.run()
@@ -302,13 +304,21 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--data-dir", dest="data_dir", help="durable state: the ledger and the vote log")
     ns.add_argument("--listen", action="append", metavar="MULTIADDR", help="e.g. /ip4/0.0.0.0/tcp/4001 (repeatable)")
     ns.add_argument("--peer", action="append", metavar="MULTIADDR", help="/ip4/HOST/tcp/PORT/p2p/PEERID of another member")
-    ns.add_argument("--data", metavar="SCENARIO", help="train on a scenario's embedded data (file or bundled name) ...")
-    ns.add_argument("--member", type=int_in(0, 1 << 20), help="... as member I of it")
+    ns.add_argument("--data-path", dest="data_path", metavar="PATH",
+                    help="this node's own training data: a file or folder (default: the node config's [data] path)")
+    ns.add_argument("--data-format", dest="data_format", metavar="FORMAT",
+                    help="npz, csv, imagefolder, idx, cifar10, leaf or hf-disk (default: the node config's)")
+    ns.add_argument("--data-label", dest="data_label", metavar="NAME",
+                    help="the label column or key (default per format: y, label, the folder names)")
+    ns.add_argument("--data-validation", dest="data_validation", metavar="FRACTION|PATH",
+                    help="the local validation split: a fraction of the data held out, or a path in the same format")
+    ns.add_argument("--initial-model", dest="initial_model", metavar="FILE",
+                    help="the genesis' initial model (testnet init writes model0.bin; default: re-derived and checked)")
     ns.add_argument("--device", metavar="auto|cpu|cuda|cuda:N|mps",
-                    help="this node's training device (default: the node config's device, else the scenario's; auto: "
-                         "CUDA where present, else MPS, else the CPU)")
+                    help="this node's training device (default: the node config's device, else auto: CUDA where "
+                         "present, else MPS, else the CPU)")
     ns.add_argument("--app", metavar="PATH", help="the app the genesis pins (a .py file or a package directory; "
-                                                  "default: the scenario's app, else an installed one of that name)")
+                                                  "default: the node config's app, else an installed one of that name)")
     ns.add_argument("--log-format", dest="log_format", choices=("human", "json"), help="log lines (default human)")
     ns.add_argument("--status-every", dest="status_every", type=float, help="seconds between status lines (default 5)")
     ns.add_argument("--until-height", dest="until_height", type=int_in(1, rounds_max),
@@ -340,6 +350,9 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
                     help="TCP port of node 0 (node i uses base + i when they share a host; default 4001)")
     ti.add_argument("--compose", action="store_true",
                     help="also write compose.yaml: one container per node at a static address (172.28.0.10+i)")
+    ti.add_argument("--data", metavar="DIR",
+                    help="a concilium data split folder: node i trains on DIR/member-<i>/ (default: the scenario's "
+                         "partition, materialized per node under OUT/data/)")
     ti.add_argument("--force", action="store_true", help="replace an earlier folder at --out")
     add_risk_arguments(ti, rounds_type=int_in(1, 2**63 - 1), refuses=True, scenario=True)
     ti.set_defaults(func=cmd_testnet_init)
@@ -351,6 +364,9 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
                     help="override a scenario key, dotted (as sim run --set); repeatable")
     tl.add_argument("--rounds", type=int_in(1, rounds_max), help="override the scenario's number of rounds")
     tl.add_argument("--out", help="results folder, new or empty (default: results/testnet-<scenario>-<timestamp>)")
+    tl.add_argument("--data", metavar="DIR",
+                    help="a concilium data split folder: node i trains on DIR/member-<i>/ (default: the scenario's "
+                         "partition, materialized per node under OUT/data/)")
     tl.add_argument("--force", action="store_true", help="replace an earlier results folder at --out")
     tl.add_argument("--quiet", action="store_true", help="no progress bar")
     tl.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds (default 600)")

@@ -59,6 +59,7 @@ from node.explorer import (
 )
 from node.keys import generate_key, load_key, save_key
 
+from concilium._data import add_parsers as add_data_parsers
 from concilium._net import add_parsers as add_net_parsers
 from concilium._repro import rerun_reproducible
 from concilium._risk import (
@@ -814,6 +815,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="no line per run")
     sw.set_defaults(func=cmd_sim_sweep)
     add_net_parsers(sub, _int_in, ROUNDS_MAX)
+    add_data_parsers(sub, _int_in)
     return ap
 
 

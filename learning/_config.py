@@ -187,6 +187,9 @@ def _parse_stage(node: ast.expr, spec: str) -> tuple[str, dict[str, Any]]:
         for kw in node.keywords:
             if kw.arg is None:
                 raise ConfigError(f"{spec!r}: ** is not allowed")
+            if isinstance(kw.value, ast.Name) and kw.value.id in ("true", "false"):  # TOML's spelling, as scenarios use
+                kwargs[kw.arg] = kw.value.id == "true"
+                continue
             try:
                 kwargs[kw.arg] = ast.literal_eval(kw.value)
             except ValueError:
@@ -212,6 +215,14 @@ def parse_stages(spec: str) -> list[tuple[str, dict[str, Any]]]:
     else:
         nodes = [tree]
     return [_parse_stage(node, spec) for node in nodes]
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """One ``"name(key=value, ...)"`` spec (a dataset, a partition, an attack) as ``(name, params)``."""
+    stages = parse_stages(spec)
+    if len(stages) != 1:
+        raise ConfigError(f"{spec!r}: expected one name(key=value, ...), found {len(stages)} stages")
+    return stages[0]
 
 
 def construct(registry: dict[str, type], kind: str, name: str, kwargs: dict[str, Any]) -> Any:

@@ -37,6 +37,7 @@ from consensus import KIND_COMMIT, KIND_PREPARE, parse_score_row, sign_score_row
 from ledger import BlockHeader, KeyPair, Payload, primary, sha256, sign_update
 from learning import vector_to_blob
 from node._wire import Envelope, EnvelopeDecoder, UpdatePacket
+from node.config import FAULT_KINDS
 from node.core import Behavior
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "grind_for_next_primary", "ground_time", "lying_distances", "omitted_rows",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows", "grind")
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,9 @@ from ledger import Genesis, LedgerError, public_key_from_peer_id
 from node._errors import ConfigFileError, NodeError, OutputPathError
 
 __all__ = [
+    "FAULT_KINDS",
+    "AdversaryRole",
+    "FaultConfig",
     "NodeConfig",
     "NodeDataConfig",
     "check_multiaddr",
@@ -433,17 +436,121 @@ def _fsync_dir(d: Path) -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class NodeDataConfig:
-    """Where a node's local training data comes from. Today: member ``member`` of a scenario's embedded
-    dataset partition (``scenario`` = a scenario file or a bundled name), for demos and local testnets."""
+    """A node's own training data: the ``[data]`` table of ``node.toml`` (``--data-path``, ``--data-format``).
 
-    scenario: str = ""
-    member: int = -1
+    ``format`` is one of ``learning.LOCAL_FORMATS`` (npz, csv, imagefolder, idx, cifar10, leaf, hf-disk), checked
+    when the node starts, with the file against the genesis' data contract (``node.world``). ``label`` and
+    ``features`` name the label and feature column or key (defaults per format); ``validation`` is a fraction
+    of the file held out (drawn with ``seed``) or a path in the same format; ``public`` the shared public split
+    (``public_format``) that a strategy scoring on one (Sself, FedAsync's filter) needs."""
+
+    path: str
+    format: str
+    label: str = ""
+    features: str = ""
+    validation: Any = 0.0
+    seed: int = 0
+    public: str = ""
+    public_format: str = "npz"
 
     def __post_init__(self) -> None:
-        if not self.scenario:
-            raise ValueError("data.scenario is required (a scenario file or a bundled scenario name)")
-        if not 0 <= self.member < 1 << 20:
-            raise ValueError(f"data.member must be a member index >= 0, got {self.member}")
+        if not self.path:
+            raise ValueError("data.path is required (this node's own data: a file or a folder)")
+        if not self.format:
+            raise ValueError("data.format is required (npz, csv, imagefolder, idx, cifar10, leaf or hf-disk)")
+        v = self.validation
+        if type(v) is str:
+            if not v:
+                raise ValueError("data.validation: expected a fraction in [0, 1) or a path, found an empty string")
+        elif type(v) not in (int, float) or not 0.0 <= float(v) < 1.0:
+            raise ValueError(f"data.validation: expected a fraction in [0, 1) or a path, found {v!r:.40}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"data.seed must be in [0, 2^63), got {self.seed}")
+
+    def local_params(self) -> dict[str, Any]:
+        """The ``learning.LocalData`` fields of this table."""
+        return {"path": self.path, "format": self.format, "label": self.label, "features": self.features,
+                "validation": self.validation if type(self.validation) is str else float(self.validation),
+                "seed": self.seed}
+
+
+FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows", "grind")
+"""The faults of ``node.adversary`` (a scenario's ``[[adversary.faults]]``, a node's ``[[adversary.faults]]``)."""
+GRIND_TRIES_MAX = 1_000_000
+"""A ``grind`` fault's block times per proposal (each a header hash: about a second of CPU per 100,000)."""
+FAULT_DELAY_MS_MAX = 1e9
+_MEMBER_TARGET = re.compile(r"^member:(0|[1-9][0-9]{0,5})$")
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class FaultConfig:
+    """A protocol fault: ``target`` = ``"coordinator"`` (the view-0 primary of each round from ``from_round`` to
+    ``until_round``),
+    ``"committee"`` (one member of the genesis committee), or ``"member:I"``.
+
+    Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
+    coordinator proposes a wrong aggregate, a committee member signs false scores, and it votes for
+    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers), ``clock``
+    (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time, which the
+    validators refuse beyond their own clock plus the genesis' ``time_drift_ms``, and judges block times by it),
+    ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
+    ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election),
+    ``grind`` (as a primary, it tries up to ``tries`` block times within the validators' drift for one whose hash
+    would have made it the next primary under the rule before issue 31: ``node.adversary.ground_time``)."""
+
+    target: str
+    kind: str
+    from_round: int = 1
+    until_round: int = 0
+    """The last round the fault lasts (0: to the end of the run)."""
+    delay_ms: float = 0.0
+    skew_ms: int = 0
+    """A ``clock`` fault: how far its clock runs ahead (ms; negative: behind), in ``[-(2^63 - 1), 2^63 - 1]``."""
+    tries: int = 0
+    """A ``grind`` fault: block times it tries per proposal, in ``[1, GRIND_TRIES_MAX]``."""
+
+    def __post_init__(self) -> None:
+        from ledger import TIME_MS_MAX  # noqa: PLC0415
+
+        _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
+        _check(self.until_round == 0 or self.until_round >= self.from_round, "until_round must be 0 or >= from_round")
+        ok = self.target in ("coordinator", "committee") or bool(_MEMBER_TARGET.match(self.target))
+        _check(ok, "target must be coordinator, committee or member:I")
+        _check(self.from_round >= 1, "from_round must be >= 1")
+        _check(self.kind != "delay" or self.delay_ms > 0, "a delay fault needs delay_ms > 0")
+        _check(0.0 <= self.delay_ms <= FAULT_DELAY_MS_MAX,
+               f"delay_ms must be in [0, {FAULT_DELAY_MS_MAX:.0e}] ms, got {self.delay_ms}")
+        _check(abs(self.skew_ms) <= TIME_MS_MAX, "skew_ms must be in [-(2^63 - 1), 2^63 - 1]")
+        _check((self.kind == "clock") == (self.skew_ms != 0), "a clock fault needs skew_ms != 0, and only it takes one")
+        _check(0 <= self.tries <= GRIND_TRIES_MAX, f"tries must be in [1, {GRIND_TRIES_MAX}]")
+        _check((self.kind == "grind") == (self.tries != 0), "a grind fault needs tries >= 1, and only it takes one")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdversaryRole:
+    """The Byzantine part this node plays, for studies of attacks on a real network (``node.toml``'s
+    ``[adversary]``; ``concilium testnet init|local`` writes it from a scenario's ``[adversary]``): the node's own
+    choice, as in any real network. ``byzantine``: it attacks with ``attack`` (an update attack),
+    ``data_attack`` and a claimed sample count ``n_samples`` from ``from_round`` on; ``faults``: the scenario's
+    protocol faults, each applied where its target is this node (``node.adversary``)."""
+
+    byzantine: bool = False
+    attack: str = ""
+    data_attack: str = ""
+    from_round: int = 1
+    n_samples: int = 0
+    faults: tuple[FaultConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(self.from_round >= 1, "adversary.from_round must be >= 1")
+        _check(0 <= self.n_samples < 2**53, "adversary.n_samples must be in [0, 2^53 - 1] (0: the node's own count)")
+        _check(not self.byzantine or bool(self.attack or self.data_attack or self.n_samples),
+               "adversary.byzantine needs an attack, a data_attack or n_samples")
 
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]{1,2})?)$")
@@ -467,11 +574,18 @@ class NodeConfig:
     """Overrides of ``node.runtime.TransportLimits`` (frame caps, timeouts, budgets), checked when the node
     starts: e.g. ``[transport] header_timeout_s = 60``."""
     device: str = ""
-    """This node's training device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (default: the scenario's
-    ``training.device``); checked at start."""
+    """This node's training device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (default ``auto``: CUDA
+    where present, else MPS, else the CPU); checked at start."""
+    initial_model: str = ""
+    """The genesis' initial model as a vector blob (``testnet init`` writes ``model0.bin``); without it the node
+    re-derives θ_0 from the genesis' training seed and checks it against the genesis digest."""
+    adversary: AdversaryRole | None = None
+    reproducible: bool = False
+    """Train in reproducible mode (``learning.reproducible``: the same training bits on any x86-64 CPU; the node
+    restarts itself in the mode's environment)."""
     app: str = ""
-    """The app the genesis pins (``node.apps``: a ``.py`` file or a package directory; default: the scenario's, else
-    an installed one of the pinned name)."""
+    """The app the genesis pins (``node.apps``: a ``.py`` file or a package directory; default: an installed one
+    of the pinned name)."""
 
     def __post_init__(self) -> None:
         if self.log_format not in ("human", "json"):
@@ -498,7 +612,8 @@ def load_node_config(path: str | os.PathLike[str]) -> NodeConfig:
         return x if not x or os.path.isabs(x) else str(base / x)
 
     data = cfg.data
-    if data is not None and (data.scenario.endswith(".toml") or "/" in data.scenario):
-        data = dataclasses.replace(data, scenario=rel(data.scenario))
+    if data is not None:
+        data = dataclasses.replace(data, path=rel(data.path), public=rel(data.public),
+                                   validation=rel(data.validation) if type(data.validation) is str else data.validation)
     return dataclasses.replace(cfg, genesis=rel(cfg.genesis), key=rel(cfg.key), data_dir=rel(cfg.data_dir), data=data,
-                               app=rel(cfg.app))
+                               app=rel(cfg.app), initial_model=rel(cfg.initial_model))

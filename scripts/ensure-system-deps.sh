@@ -3,6 +3,8 @@
 # a C compiler, the Python headers of the interpreter in use, and GMP's headers (libgmp-dev);
 # and Chromium, the browser the explorer's tests drive through Playwright (Playwright's own browser
 # download is not used: the distribution's package is).
+# Only the full set-up (`make test`, `make bench`: the net/dev/ray/web/hf extras) runs this. `make run` does
+# not: the core (the simulation) is all wheels and needs no compiler and no system package.
 # Installs them with apt-get when run as root (or with sudo) on Debian/Ubuntu; otherwise says what to do.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"

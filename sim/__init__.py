@@ -8,24 +8,21 @@ network in virtual time; :func:`run_scenario` is the main job (``concilium sim r
 from sim._engine import LivenessError, RoundMetrics, SimResult, Simulation
 from sim._ledger_demo import LedgerDemo, demo_genesis, tensor_blob
 from sim._ray import GPU_FRACTION_DEFAULT, RayClusterError, RayExecutor
-from sim._rng import RngTree
+from learning import RngTree
 from sim._run import (
-    ledger_verdict, metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger,
+    accuracy_plot, ledger_verdict, metric_columns, public_eval_for_ledger, results_folder, run_scenario, scenario_toml, verify_ledger,
     write_results, write_scenario,
 )
 from sim._scenario import Scenario, bundled_scenario_names, default_scenario_path, load_scenario, resolve_scenario
 from sim._sweep import parse_grid, parse_seeds, run_sweep
-from sim._testnet import LocalTestnet, init_testnet
-from sim._world import (
-    MemberTrainer, World, byzantine_indices, check_network_adversary, network_adversary, resolve_device,
-)
+from sim._world import World, byzantine_indices, check_network_adversary
+from node.world import resolve_device
 
 __all__ = [
+    "accuracy_plot",
     "GPU_FRACTION_DEFAULT",
     "LedgerDemo",
     "LivenessError",
-    "LocalTestnet",
-    "MemberTrainer",
     "RayClusterError",
     "RayExecutor",
     "RngTree",
@@ -39,14 +36,12 @@ __all__ = [
     "check_network_adversary",
     "default_scenario_path",
     "demo_genesis",
-    "init_testnet",
     "parse_grid",
     "parse_seeds",
     "run_sweep",
     "resolve_device",
     "load_scenario",
     "metric_columns",
-    "network_adversary",
     "public_eval_for_ledger",
     "resolve_scenario",
     "results_folder",

@@ -72,9 +72,10 @@ from node.core import (
     Withheld,
 )
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
-from sim._rng import RngTree
+from learning import RngTree
 from sim._jobs import JobHost, _JobSpec, limit_threads
-from sim._world import OMNISCIENT_ATTACKS, attack_update, byzantine_indices
+from node.world import OMNISCIENT_ATTACKS, attack_update
+from sim._world import byzantine_indices
 from sim._workers import TrainingPool, default_workers
 from sim._writer import LedgerWriter
 from sim._scenario import FaultConfig, Scenario

@@ -50,7 +50,7 @@ def limit_threads(n: int) -> None:
     trainer sharing a machine with others gets one CPU from Ray."""
     torch.set_num_threads(n)
     try:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415 (comes with scikit-learn)
+        from threadpoolctl import threadpool_limits  # noqa: PLC0415 (a core dependency)
 
         threadpool_limits(n)
     except ImportError:  # pragma: no cover

@@ -46,7 +46,7 @@ from node.apps import app_beside, load_pinned_app, pin_of
 from node.reexec import ledger_reexecutor
 from sim._engine import LivenessError, RoundMetrics, Simulation, SimResult
 from sim._scenario import MEMORY_BYTES_MAX, Scenario, load_scenario
-from sim._world import resolve_device
+from node.world import resolve_device
 
 __all__ = [
     "has_backdoor",

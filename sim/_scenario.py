@@ -64,7 +64,7 @@ from typing import Any
 from consensus import BYZANTINE_FRACTION_DEFAULT, RISK_BUDGET_DEFAULT
 from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, TIME_MS_MAX, Timeouts, time_drift_ms_of
 from node import ConfigFileError
-from node.config import DEVICE_PATTERN, load_toml, record_from_toml
+from node.config import DEVICE_PATTERN, FaultConfig, load_toml, record_from_toml
 
 __all__ = [
     "AdversaryConfig",
@@ -85,9 +85,6 @@ __all__ = [
     "resolve_scenario",
 ]
 
-FAULT_KINDS = ("drop", "delay", "corrupt", "equivocate", "clock", "skip_primary", "omit_rows", "grind")
-GRIND_TRIES_MAX = 1_000_000
-"""A ``grind`` fault's block times per proposal (each a header hash: about a second of CPU per 100,000)."""
 MODEL_PUSH = ("all", "participants")
 OUTSIDERS = ("blocks", "headers", "lazy")
 
@@ -110,7 +107,6 @@ MEMORY_BYTES_MAX = 1 << 35
 MODEL_COPIES_EXTRA = 8
 """The estimate counts one float32 model per member plus this many (global, aggregate, buffers)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_MEMBER_TARGET = re.compile(r"^member:(0|[1-9][0-9]{0,5})$")
 
 
 def _empty() -> Mapping[str, Any]:
@@ -201,7 +197,10 @@ class TrainingSection:
     ``reproducible`` are local choices of the machine that runs the scenario, never in the genesis:
     ``reproducible = true`` trains in reproducible mode (``learning.reproducible``: one ledger head on any x86-64
     CPU, one thread per process, portable kernels; the process must start in its environment, which
-    ``concilium sim run`` sees to)."""
+    ``concilium sim run`` sees to). ``optimizer`` is ``"sgd"`` (with ``momentum``, ``nesterov``), ``"adam"`` or
+    ``"adamw"`` (with ``betas``, ``eps``); ``grad_clip`` bounds the loss gradient's norm per step (0 = off);
+    ``label_smoothing`` is cross-entropy's; ``loop`` names an app's registered training loop (``""``: the
+    built-in one). Everything but ``device`` and ``reproducible`` is the agreed :meth:`plan`."""
 
     steps: int = 10
     epochs: int = 0
@@ -210,9 +209,16 @@ class TrainingSection:
     schedule: str = "constant"
     schedule_params: Mapping[str, Any] = field(default_factory=_empty)
     momentum: float = 0.0
+    nesterov: bool = False
     weight_decay: float = 0.0
     prox_mu: float = 0.0
     sampling: str = "with_replacement"
+    optimizer: str = "sgd"
+    betas: tuple[float, ...] = (0.9, 0.999)
+    eps: float = 1e-8
+    grad_clip: float = 0.0
+    label_smoothing: float = 0.0
+    loop: str = ""
     device: str = "cpu"
     reproducible: bool = False
 
@@ -228,7 +234,44 @@ class TrainingSection:
         _check(0 < self.lr <= LR_MAX, f"lr must be in (0, {LR_MAX:.0e}], got {self.lr}")
         _check(0 <= self.prox_mu <= LR_MAX, f"prox_mu must be in [0, {LR_MAX:.0e}]")
         _check(0 <= self.weight_decay <= LR_MAX, f"weight_decay must be in [0, {LR_MAX:.0e}]")
+        _check(self.optimizer in ("sgd", "adam", "adamw"), f"optimizer must be sgd, adam or adamw, got {self.optimizer!r:.40}")
+        _check(not self.nesterov or self.momentum > 0, "nesterov needs momentum > 0")
+        _check(self.optimizer == "sgd" or (self.momentum == 0 and not self.nesterov),
+               f"momentum and nesterov are SGD's, not {self.optimizer}'s (use betas)")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas must be two numbers in [0, 1)")
+        _check(0 < self.eps <= 1.0, f"eps must be in (0, 1], got {self.eps}")
+        _check(0 <= self.grad_clip <= LR_MAX, f"grad_clip must be in [0, {LR_MAX:.0e}] (0 = off)")
+        _check(0 <= self.label_smoothing < 1, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        _check(self.loop == "" or (self.loop.isascii() and self.loop.isidentifier() and len(self.loop) <= 64),
+               f"loop must be a training loop's name (an identifier of at most 64 characters), got {self.loop!r:.40}")
         _check(bool(DEVICE_PATTERN.match(self.device)), f"device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r:.40}")
+
+    def plan(self, seed: int) -> TrainingPlan:  # noqa: F821 (imported below: learning loads at first use)
+        """The agreed local training of this section (``learning.TrainingPlan``) with ``seed`` as the root of the
+        members' sampling randomness; ``device`` and ``reproducible`` stay local. ``epochs`` > 0 replaces
+        ``steps``."""
+        from learning import TrainingPlan  # noqa: PLC0415
+
+        return TrainingPlan(
+            steps=0 if self.epochs else self.steps,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            schedule_name=self.schedule,
+            schedule_params=self.schedule_params,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            weight_decay=self.weight_decay,
+            prox_mu=self.prox_mu,
+            sampling=self.sampling,
+            optimizer=self.optimizer,
+            betas=(self.betas[0], self.betas[1]),
+            eps=self.eps,
+            grad_clip=self.grad_clip,
+            label_smoothing=self.label_smoothing,
+            loop=self.loop,
+            seed=seed,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -351,47 +394,6 @@ class ComputeConfig:
             _check_ms(name, getattr(self, name))
         _check(0 <= self.speed_spread <= SPREAD_MAX, f"speed_spread must be in [0, {SPREAD_MAX:.0e}]")
         _check(self.stragglers >= 0, "stragglers must be >= 0")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FaultConfig:
-    """A protocol fault: ``target`` = ``"coordinator"`` (the view-0 primary of each round from ``from_round`` to
-    ``until_round``),
-    ``"committee"`` (one member of the genesis committee), or ``"member:I"``.
-
-    Kinds: ``drop`` (crash/silence), ``delay`` (``delay_ms`` extra on everything it sends), ``corrupt`` (a
-    coordinator proposes a wrong aggregate, a committee member signs false scores, and it votes for
-    anything), ``equivocate`` (sends different pBFT votes / score rows / updates to different peers), ``clock``
-    (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time, which the
-    validators refuse beyond their own clock plus the genesis' ``time_drift_ms``, and judges block times by it),
-    ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
-    ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election),
-    ``grind`` (as a primary, it tries up to ``tries`` block times within the validators' drift for one whose hash
-    would have made it the next primary under the rule before issue 31: ``node.adversary.ground_time``)."""
-
-    target: str
-    kind: str
-    from_round: int = 1
-    until_round: int = 0
-    """The last round the fault lasts (0: to the end of the run)."""
-    delay_ms: float = 0.0
-    skew_ms: int = 0
-    """A ``clock`` fault: how far its clock runs ahead (ms; negative: behind), in ``[-(2^63 - 1), 2^63 - 1]``."""
-    tries: int = 0
-    """A ``grind`` fault: block times it tries per proposal, in ``[1, GRIND_TRIES_MAX]``."""
-
-    def __post_init__(self) -> None:
-        _check(self.kind in FAULT_KINDS, f"kind must be one of {', '.join(FAULT_KINDS)}")
-        _check(self.until_round == 0 or self.until_round >= self.from_round, "until_round must be 0 or >= from_round")
-        ok = self.target in ("coordinator", "committee") or bool(_MEMBER_TARGET.match(self.target))
-        _check(ok, "target must be coordinator, committee or member:I")
-        _check(self.from_round >= 1, "from_round must be >= 1")
-        _check(self.kind != "delay" or self.delay_ms > 0, "a delay fault needs delay_ms > 0")
-        _check_ms("delay_ms", self.delay_ms)
-        _check(abs(self.skew_ms) <= TIME_MS_MAX, "skew_ms must be in [-(2^63 - 1), 2^63 - 1]")
-        _check((self.kind == "clock") == (self.skew_ms != 0), "a clock fault needs skew_ms != 0, and only it takes one")
-        _check(0 <= self.tries <= GRIND_TRIES_MAX, f"tries must be in [1, {GRIND_TRIES_MAX}]")
-        _check((self.kind == "grind") == (self.tries != 0), "a grind fault needs tries >= 1, and only it takes one")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

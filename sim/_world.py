@@ -1,15 +1,15 @@
-"""What every driver of a scenario shares: data, partition, model, trainer, schedule, initial weights,
-identities, genesis and the strategy's client side.
+"""The simulator's world: every member's data (one partition of a scenario's dataset), the model, the trainer,
+schedule, initial weights, identities, genesis and the strategy's client side.
 
 :class:`World` is built from a :class:`sim._scenario.Scenario` by a pure function of the scenario (every
-random choice comes from the scenario seed's :class:`sim._rng.RngTree`), so the simulator
-(``sim._engine.Simulation``) and a real node process of ``concilium testnet local`` (which loads the same
-scenario and trains as member ``i``) build the very same genesis and run the very same local jobs: the
+random choice comes from the scenario seed's :class:`learning.RngTree`). It composes many members from the pieces
+of a member's own world (``node.world``: :func:`node.world.job_train`, :func:`node.world.run_job`, the initial
+model, the data attacks' seeds), so a node process of ``concilium testnet local``, which builds only its own
+``node.world.MemberWorld`` from the genesis and its materialized partition, runs the very same local jobs: the
 testnet's accepted sets and model digests can be compared with ``sim run``'s.
 
-The adversary's data attacks and the network stay with the simulator; a job here is an honest member's.
+The genesis pins the scenario's training plan and its data contract (``node.world.TRAINING_KEY``, ``DATA_KEY``).
 """
-
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -24,26 +24,27 @@ import torch
 from ledger import Genesis, KeyPair, Member, ModelSpec, ProtocolParams, genesis_committee, peer_id_from_public_key, sha256
 from learning import (
     PARTITIONS,
-    SCHEDULES,
-    ClientJob,
+    DataContract,
     Dataset,
     LocalOutcome,
     LocalTrainer,
-    LocalTrainingConfig,
     PublicEval,
+    RngTree,
     Strategy,
+    TrainingPlan,
     dataset_spec,
     model_spec,
     partition_dataset,
     reproducible,
     partition_spec,
-    schedule_spec,
     strategy_from_params,
     vector_to_blob,
     with_public,
 )
-from node import ConfigFileError
-from sim._rng import RngTree
+from node.world import (
+    DATA_KEY, OMNISCIENT_ATTACKS, TRAINING_KEY, backdoor, initial_model, job_train, poisoned_copy, public_evaluator,
+    resolve_device, run_job,
+)
 from sim._scenario import DataSection, Scenario
 
 __all__ = ["MemberData", "World", "scenario_keys"]
@@ -137,10 +138,18 @@ def _dataset_params(scenario: Scenario) -> dict[str, Any]:
 
 
 def _genesis(
-    scenario: Scenario, public_keys: list[bytes], sizes: list[int], theta0: np.ndarray, addrs: Sequence[Sequence[str]] = ()
+    scenario: Scenario, public_keys: list[bytes], sizes: list[int], theta0: np.ndarray, plan: TrainingPlan,
+    contract: DataContract, addrs: Sequence[Sequence[str]] = (),
 ) -> Genesis:
     p = scenario.protocol
     params = dict(p.params)
+    for key in (TRAINING_KEY, DATA_KEY):
+        if key in params:
+            raise ValueError(f"protocol.params.{key} is reserved: the genesis' {key} comes from the scenario's "
+                             f"[{key}] section")
+    # what every member must agree on: the training they run and what their data must be (issue 33; node.world)
+    params[TRAINING_KEY] = plan.to_params()
+    params[DATA_KEY] = contract.to_params()
     if scenario.app:  # the genesis pins the app: its name and digest (node.apps)
         from node.apps import app_pin, load_app  # noqa: PLC0415
 
@@ -188,6 +197,8 @@ class World:
     keys: list[KeyPair]
     genesis: Genesis
     strategy: Strategy | None
+    plan: TrainingPlan
+    contract: DataContract
 
     @classmethod
     def build(cls, scenario: Scenario) -> World:
@@ -216,62 +227,45 @@ class World:
             raise ValueError(f"the partition is of {part.num_samples} samples, the pool has {len(splits.train)}")
         client_data = MemberData(splits.train, part.clients, scenario.members)
         spec = model_spec(scenario.model.name, dict(scenario.model.params))
+        plan = scenario.training.plan(scenario.seed)
         tr = scenario.training
-        trainer = LocalTrainer(
-            spec,
-            LocalTrainingConfig(
-                steps=None if tr.epochs else tr.steps,
-                epochs=tr.epochs or None,
-                batch_size=tr.batch_size,
-                momentum=tr.momentum,
-                weight_decay=tr.weight_decay,
-                prox_mu=tr.prox_mu,
-                sampling=tr.sampling,  # type: ignore[arg-type]
-            ),
-            # ("auto": this machine's; an explicit device is checked where a run or a node starts, not here, so that
-            # a GPU run's world still builds where its ledger is audited)
-            device=resolve_device(tr.device, "training.device") if tr.device == "auto" else tr.device,
-        )
-        sched_params = dict(tr.schedule_params)
-        fields_ = getattr(SCHEDULES.get(tr.schedule), "__dataclass_fields__", {})
-        for lr_key in ("lr", "lr0"):  # the schedule's base rate is training.lr unless given
-            if lr_key in fields_:
-                sched_params.setdefault(lr_key, tr.lr)
-        schedule = schedule_spec(tr.schedule, sched_params)
-        theta = trainer.initial_parameters(seed=rng.child("model-init").seed64() % 2**31)
-        theta0 = theta.detach().cpu().numpy().astype(np.float32)
+        # ("auto": this machine's; an explicit device is checked where a run or a node starts, not here, so that
+        # a GPU run's world still builds where its ledger is audited)
+        trainer = plan.trainer(spec, resolve_device(tr.device, "training.device") if tr.device == "auto" else tr.device)
+        schedule = plan.schedule()
+        theta0 = initial_model(trainer, rng)
+        contract = DataContract.of(splits.train)
         keys = scenario_keys(scenario)
         sizes = [client_data.size(i) for i in range(scenario.members)]
-        genesis = _genesis(scenario, [k.public_key for k in keys], sizes, theta0)
+        genesis = _genesis(scenario, [k.public_key for k in keys], sizes, theta0, plan, contract)
         p = scenario.protocol
         strategy = strategy_from_params(p.algorithm, dict(genesis.protocol.params)) if p.mode != "committee" else None
         return cls(
             scenario=scenario, rng=rng, train=splits.train, test=splits.test, public_data=splits.public,
             client_data=client_data, trainer=trainer, schedule=schedule, theta0=theta0, keys=keys, genesis=genesis,
-            strategy=strategy,
+            strategy=strategy, plan=plan, contract=contract,
         )
 
-    def genesis_for(self, public_keys: Sequence[bytes], addrs: Sequence[Sequence[str]] = ()) -> Genesis:
+    def genesis_for(
+        self, public_keys: Sequence[bytes], addrs: Sequence[Sequence[str]] = (), *, contract: DataContract | None = None,
+        sizes: Sequence[int] | None = None,
+    ) -> Genesis:
         """This scenario's genesis with other members: member ``i`` (key ``public_keys[i]``, addresses
-        ``addrs[i]``) trains on partition ``i``. ``concilium testnet init`` uses it with fresh keys."""
+        ``addrs[i]``) trains on partition ``i``, or, with ``contract`` and ``sizes``, on its own data of that
+        contract and size (a ``concilium data split`` folder). ``concilium testnet init`` uses it with fresh keys."""
         if len(public_keys) != len(self.client_data):
             raise ValueError(f"{len(public_keys)} keys for {len(self.client_data)} members")
-        sizes = [self.client_data.size(i) for i in range(len(self.client_data))]
-        return _genesis(self.scenario, list(public_keys), sizes, self.theta0, addrs)
+        if sizes is None:
+            sizes = [self.client_data.size(i) for i in range(len(self.client_data))]
+        return _genesis(self.scenario, list(public_keys), list(sizes), self.theta0, self.plan,
+                        self.contract if contract is None else contract, addrs)
 
     def public_eval(self) -> PublicEval | None:
         """The public-split evaluator the strategy scores models with (Sself, FedAsync's entropy filter), or None
-        when it needs none. Every node of a chain builds the same one from the scenario: the split and the
-        trainer are part of the world (the simulator's nodes share one; a testnet's processes build it each)."""
-        if self.strategy is None or not self.strategy.needs_public:
-            return None
-        if self.public_data is None:
-            raise ValueError(f"strategy {self.scenario.protocol.algorithm!r} scores models on a public split: "
-                             "set data.public_size > 0")
-        from learning import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
-
-        impl = getattr(self.strategy, "entropy_impl", "exact")
-        return PublicScorer.from_trainer(self.trainer, self.public_data, entropy_impl=impl)
+        when it needs none (``node.world.public_evaluator``: a testnet's node processes build the same one from
+        the materialized public split)."""
+        return public_evaluator(self.strategy, self.trainer, self.public_data, missing=(
+            f"strategy {self.scenario.protocol.algorithm!r} scores models on a public split: set data.public_size > 0"))
 
     def index_of(self, peer: str) -> int:
         for i, k in enumerate(self.keys):
@@ -280,21 +274,13 @@ class World:
         raise KeyError(peer)
 
     def poisoned_copy(self, i: int, attack: Any) -> Dataset:
-        """Member ``i``'s data with a whole-dataset data attack applied, seeded by ``("data-attack", i)``: the same
-        copy in the simulator (``sim._jobs.JobHost``) and in a testnet node (:class:`MemberTrainer`)."""
-        d = self.client_data[i]
-        x, y = attack.transform(d.x, d.y, rng=self.rng.child("data-attack", i).numpy())
-        return Dataset(x=torch.as_tensor(x), y=torch.as_tensor(y), num_classes=d.num_classes, name=d.name)
+        """Member ``i``'s data with a whole-dataset data attack applied (``node.world.poisoned_copy``: the same
+        copy in the simulator, ``sim._jobs.JobHost``, and in a node)."""
+        return poisoned_copy(self.client_data[i], attack, self.rng, i)
 
     def backdoor(self, attack: Any, i: int, fl_round: int) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-        """The per-batch data attack of member ``i``'s job of ``fl_round`` (a ``batch_transform`` for
-        :meth:`local_train`), seeded by ``("data-attack", i, fl_round)``: the same in both drivers."""
-        arng = self.rng.child("data-attack", i, fl_round).numpy()
-
-        def transform(xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            return attack.transform(xb, yb, rng=arng)  # type: ignore[no-any-return]
-
-        return transform
+        """The per-batch data attack of member ``i``'s job of ``fl_round`` (``node.world.backdoor``)."""
+        return backdoor(attack, self.rng, i, fl_round)
 
     def local_train(
         self,
@@ -305,68 +291,13 @@ class World:
         batch_transform: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> Callable[..., LocalOutcome]:
         """The host's ``LocalTrain`` for one job: real PyTorch training on member ``i``'s data (or ``data``),
-        seeded per job by ``("train", i, fl_round, purpose)``."""
+        seeded per job by ``("train", i, fl_round, purpose)`` (``node.world.job_train``, as a node trains)."""
         data = self.client_data[i] if data is None else data
+        return job_train(self.trainer, data, self.rng.child("train", i, fl_round, purpose).torch, batch_transform)
 
-        def train(
-            model: np.ndarray,
-            *,
-            lr: float,
-            gradient_correction: np.ndarray | None = None,
-            momentum_buffer: np.ndarray | None = None,
-            prox_mu: float | None = None,
-        ) -> LocalOutcome:
-            gen = self.rng.child("train", i, fl_round, purpose).torch()
-            dev = self.trainer.device
-            res = self.trainer.train(
-                torch.from_numpy(np.array(model, dtype=np.float32)).to(dev),
-                data,
-                lr=lr,
-                generator=gen,
-                momentum_buffer=None if momentum_buffer is None else torch.from_numpy(np.array(momentum_buffer)).to(dev),
-                gradient_correction=None if gradient_correction is None else torch.from_numpy(np.array(gradient_correction, dtype=np.float32)).to(dev),
-                prox_mu=prox_mu,
-                batch_transform=batch_transform,
-            )
-            mb = res.momentum_buffer
-            return LocalOutcome(
-                delta=res.delta.detach().cpu().numpy().astype(np.float32),
-                n_samples=int(res.num_samples),
-                steps=int(res.steps),
-                lr=float(res.lr),
-                loss=float(res.loss_mean),
-                momentum_buffer=None if mb is None else mb.detach().cpu().numpy().astype(np.float32),
-            )
-
-        return train
-
-    def run_job(
-        self,
-        train: Callable[..., LocalOutcome],
-        *,
-        fl_round: int,
-        strategy_side: bool,
-        model: np.ndarray,
-        server_state: bytes | None,
-        client_state: bytes | None,
-        lr: float | None = None,
-    ) -> tuple[np.ndarray, int, bytes | None]:
-        """One local job: ``(upload, n_samples, client_state)``: the strategy's client side (an update in
-        coordinator mode) or plain local training, at ``lr`` (default: the schedule's rate for ``fl_round``)."""
-        lr = float(self.schedule(fl_round - 1)) if lr is None else lr
-        if strategy_side:
-            assert self.strategy is not None
-            up = self.strategy.local_update(
-                ClientJob(fl_round=fl_round, model=model, server_state=server_state, client_state=client_state, lr=lr),
-                train,
-            )
-            return np.ascontiguousarray(up.vector, dtype=np.float32), int(up.n_samples), up.client_state
-        out = train(model, lr=lr)
-        return out.delta, out.n_samples, None
-
-
-OMNISCIENT_ATTACKS = ("alie", "ipm", "mimic")
-"""Update attacks that see the round's honest updates (the others transform the attacker's own update)."""
+    def run_job(self, train: Callable[..., LocalOutcome], **kwargs: Any) -> tuple[np.ndarray, int, bytes | None]:
+        """One local job (``node.world.run_job``): ``(upload, n_samples, client_state)``."""
+        return run_job(self.strategy, self.schedule, train, **kwargs)
 
 
 def byzantine_indices(scenario: Scenario, genesis: Genesis) -> list[int]:
@@ -380,14 +311,6 @@ def byzantine_indices(scenario: Scenario, genesis: Genesis) -> list[int]:
     return outside[: scenario.adversary.byzantine]
 
 
-def attack_update(attack: Any, honest: np.ndarray, *, rng: np.random.Generator, global_model: np.ndarray) -> np.ndarray:
-    """A Byzantine client's upload: ``attack`` applied to the honest updates it sees (its own, or the round's
-    for an omniscient attack), float32; the caller drops a non-finite result (nothing is sent)."""
-    if getattr(attack, "needs_global_model", False):
-        return np.asarray(attack(honest, rng=rng, global_model=global_model), dtype=np.float32)
-    return np.asarray(attack(honest, rng=rng), dtype=np.float32)
-
-
 def check_network_adversary(scenario: Scenario) -> None:
     """Refuse what the adversary module cannot yet do over a real network: a per-round adversary and client
     availability models (the simulator samples them centrally) and omniscient update attacks (they read the
@@ -399,154 +322,3 @@ def check_network_adversary(scenario: Scenario) -> None:
         raise ValueError("adversary.availability is simulator-only (client availability is sampled centrally)")
     if adv.attack and adv.attack.split("(")[0].strip() in OMNISCIENT_ATTACKS:
         raise ValueError(f"attack {adv.attack!r} reads the honest clients' updates: simulator-only")
-
-
-def member_index(genesis: Genesis) -> dict[str, int]:
-    """Peer id → member index (member ``i`` is named ``node-i`` in a scenario's genesis)."""
-    return {m.peer_id: int(m.name[5:]) for m in genesis.members if m.name.startswith("node-") and m.name[5:].isdigit()}
-
-
-def network_adversary(world: World, genesis: Genesis, key: KeyPair) -> Any:
-    """The scenario's faults as they apply to the node with ``key`` on ``genesis`` (a
-    :class:`node.adversary.NodeAdversary`), or None without faults. Targets resolve as in the simulator:
-    ``coordinator`` = the view-0 primary of each height, ``committee`` = the first member of the genesis
-    committee, ``member:I`` = member ``I``; a corrupt proposal draws from the simulator's generator."""
-    from node.adversary import Fault, FaultPlan, NodeAdversary  # noqa: PLC0415
-
-    faults = world.scenario.adversary.faults
-    if not faults:
-        return None
-    index = member_index(genesis)
-    by_index = {i: p for p, i in index.items()}
-    committee = sorted(genesis_committee(genesis))
-    plan = []
-    for f in faults:
-        if f.target == "coordinator":
-            peer = None
-        elif f.target == "committee":
-            peer = committee[0]
-        else:
-            i = int(f.target[7:])
-            if i not in by_index:
-                raise ValueError(f"fault target member:{i} does not exist ({len(by_index)} members)")
-            peer = by_index[i]
-        plan.append(Fault(f.kind, peer, f.from_round, f.delay_ms, f.until_round, f.skew_ms, f.tries))
-    return NodeAdversary(
-        key=key, chain_id=genesis.chain_id, plan=FaultPlan(plan),
-        rng_for=lambda peer, h: world.rng.child("corrupt", peer, h).numpy(),
-        index_of=lambda peer: index.get(peer, 0),
-    )
-
-
-class MemberTrainer:
-    """A node's local training for member ``index`` of a scenario (``concilium node start`` with a scenario's
-    embedded data; ``concilium testnet local``): the jobs the simulator would run for that member, so a
-    testnet reproduces ``sim run``. Called from the runtime's training thread, one job at a time.
-
-    ``byzantine``: this member is one of the scenario's Byzantine clients: from ``adversary.from_round`` on its
-    updates carry the scenario's data attack (poisoned local data, or a backdoor in every minibatch and a boosted
-    update), update attack and claimed sample count (``adversary.n_samples``), seeded as the simulator seeds them.
-
-    A strategy's client state (SCAFFOLD's control variate, ...) becomes the member's state once a block
-    includes the upload that produced it (:meth:`on_decided`), as in the simulator."""
-
-    def __init__(self, world: World, index: int, *, byzantine: bool = False) -> None:
-        if not 0 <= index < len(world.client_data):
-            raise ValueError(f"member index {index} is out of range (the scenario has {len(world.client_data)} members)")
-        from learning import parse_data_attack, parse_update_attack  # noqa: PLC0415
-
-        self.world = world
-        self.index = index
-        self.peer = world.keys[index].peer_id
-        self._client_state: bytes | None = None
-        self._pending: dict[int, bytes | None] = {}
-        adv = world.scenario.adversary
-        self.byzantine = byzantine
-        self.from_round = adv.from_round
-        self.claimed_samples = adv.n_samples if byzantine else 0
-        self.update_attack = parse_update_attack(adv.attack) if byzantine and adv.attack else None
-        self.batch_attack: Any = None
-        self.poisoned: Dataset | None = None
-        self.poisoned_always = False
-        da = parse_data_attack(adv.data_attack) if byzantine and adv.data_attack else None
-        if da is not None and getattr(da, "per_batch", False):
-            self.batch_attack = da
-        elif da is not None:
-            self.poisoned = world.poisoned_copy(index, da)
-            self.poisoned_always = adv.from_round <= 1  # as the simulator: the member's data, for every job
-
-    def __call__(self, job: Any) -> Any:
-        from node.core import PURPOSE_UPDATE, TrainResult  # noqa: PLC0415
-
-        w, i, r = self.world, self.index, job.fl_round
-        attacking = self.byzantine and job.purpose == PURPOSE_UPDATE and r >= self.from_round
-        data = self.poisoned if self.poisoned is not None and (self.poisoned_always or attacking) else None
-        batch_transform = w.backdoor(self.batch_attack, i, r) if attacking and self.batch_attack is not None else None
-        strategy_side = w.strategy is not None and job.purpose == PURPOSE_UPDATE
-        delta, n, client_state = w.run_job(
-            w.local_train(i, r, job.purpose, data, batch_transform),
-            fl_round=r, strategy_side=strategy_side, model=np.asarray(job.model),
-            server_state=job.server_state, client_state=self._client_state,
-        )
-        if not np.isfinite(delta).all():
-            return None
-        if strategy_side:
-            self._pending[r] = client_state
-            for old in [k for k in self._pending if k < r - 8]:
-                del self._pending[old]
-        if attacking and self.batch_attack is not None:
-            delta = self.batch_attack.boost_update(delta)  # model replacement: s · Δ
-        if attacking and self.update_attack is not None:
-            delta = attack_update(self.update_attack, delta[None, :], rng=w.rng.child("attack", i, r).numpy(),
-                                  global_model=job.model)
-        if not np.isfinite(delta).all():
-            return None  # the attack overflowed: this Byzantine client sends nothing
-        if attacking and self.claimed_samples:
-            n = self.claimed_samples  # it signs a count of its choice (the round rules cap what it weighs)
-        return TrainResult(np.ascontiguousarray(delta, dtype=np.float32), n)
-
-    def on_decided(self, block: Any) -> None:
-        for u in block.payload.updates:
-            if u.peer == self.peer and u.fl_round in self._pending:
-                self._client_state = self._pending.pop(u.fl_round)
-
-
-def resolve_device(device: str, source: str | os.PathLike[str]) -> str:
-    """The training device to use on this machine for ``device`` (a scenario's ``training.device``, or a node's or a
-    run's own ``--device``): ``"auto"`` is ``"cuda"`` where CUDA is present, else ``"mps"`` where Apple's Metal is,
-    else ``"cpu"``; any other value must exist here (:func:`_check_device`: one line naming what is missing). A local
-    matter, checked when a run or a node starts, not when a scenario loads, so a GPU run's results folder still
-    audits on a CPU-only machine; the device is no part of the genesis (the initial model is the same on any)."""
-    from node.config import DEVICE_PATTERN  # noqa: PLC0415
-
-    if not DEVICE_PATTERN.match(device):
-        raise ConfigFileError(f"{source}: device {device!r:.40}: expected auto, cpu, cuda, cuda:N or mps")
-    if device == "auto":
-        import torch  # noqa: PLC0415
-
-        if torch.cuda.is_available():
-            return "cuda"
-        mps = getattr(torch.backends, "mps", None)
-        return "mps" if mps is not None and mps.is_available() else "cpu"
-    _check_device(device, source)
-    return device
-
-
-def _check_device(device: str, source: str | os.PathLike[str]) -> None:
-    """The training device exists on this machine (:func:`resolve_device`)."""
-    if device == "cpu":
-        return
-    import torch  # noqa: PLC0415
-
-    if device == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ConfigFileError(f"{source}: training.device = 'mps' but Apple's MPS is not available here (use \"cpu\" "
-                                  "or \"auto\")")
-        return
-    index = int(device.partition(":")[2] or 0)
-    if not torch.cuda.is_available():
-        raise ConfigFileError(f"{source}: training.device = {device!r} but CUDA is not available here (use \"cpu\" or "
-                              "\"auto\")")
-    if index >= torch.cuda.device_count():
-        raise ConfigFileError(f"{source}: training.device = {device!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")

@@ -63,7 +63,7 @@ FAST_EVAL_EVERY = 2
 
 
 def t_quantile(df: int, q: float = 0.975) -> float:
-    """Student-t quantile ``t(q, df)`` (scipy, a dependency of scikit-learn); NaN for ``df < 1``."""
+    """Student-t quantile ``t(q, df)`` (scipy, of the dev extra); NaN for ``df < 1``."""
     if df < 1:
         return math.nan
     from scipy.special import stdtrit

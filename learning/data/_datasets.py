@@ -7,7 +7,8 @@ client. :class:`DataSplits` bundles ``train``/``test`` and the optional ``valida
 Datasets are resolved by name at the config boundary (:func:`dataset_spec`) into typed frozen specs whose
 ``load()`` returns :class:`DataSplits`. Registered here (no files needed):
 
-* ``digits`` — scikit-learn's bundled 8×8 digits (1,797 × 64), scaled to [0, 1] (seed_001 §6.1, seed_002 §6.1, W1);
+* ``digits`` — the UCI 8×8 digits (1,797 × 64) as scikit-learn ships them, copied beside this module with their
+  licence, scaled to [0, 1] (seed_001 §6.1, seed_002 §6.1, W1);
 * ``synthetic`` — Synthetic(α, β) of FedProx as specified in seed_000 §4.4 (one labelling function per client);
 * ``gmm`` — the label-skewed Gaussian-mixture clients of seed_003 §7.2;
 * ``mini_femnist`` — the synthetic "mini-FEMNIST" of seed_004 §6.
@@ -19,7 +20,6 @@ No loader ever uses the network.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -402,7 +402,8 @@ def _grouped(
 @register_dataset("digits")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DigitsSpec:
-    """scikit-learn's bundled digits (1,797 samples, 8×8, 10 classes), features ``X/16`` ∈ [0, 1].
+    """The UCI digits as scikit-learn bundles them, shipped with the package (1,797 samples, 8×8, 10 classes;
+    ``learning/data/digits.csv.gz``), features ``X/16`` ∈ [0, 1].
 
     Train/test: a permutation drawn from ``np.random.default_rng(seed)``, the first ``⌈test_fraction · N⌉``
     samples (360 for 0.2) are the test set (seed_001 §6.1, seed_002 §6.1; W1: 80/20, seed 0).
@@ -437,14 +438,11 @@ class DigitsSpec:
 
 
 def _digits_table() -> np.ndarray:
-    """scikit-learn's ``digits.csv.gz`` as ``sklearn.datasets.load_digits`` reads it (``np.loadtxt``, float64:
-    64 pixel values 0..16, then the label), found without importing scikit-learn, whose imports (scipy,
-    joblib, ...) cost more than the whole digits run needs."""
-    spec = importlib.util.find_spec("sklearn")
-    where = list(spec.submodule_search_locations or ()) if spec is not None else []
-    if not where:  # pragma: no cover - scikit-learn is a dependency of the digits default
-        raise DataError("the 'digits' dataset needs scikit-learn (pip install scikit-learn)")
-    path = os.path.join(where[0], "datasets", "data", "digits.csv.gz")
+    """The digits table as ``sklearn.datasets.load_digits`` reads it (``np.loadtxt``, float64: 64 pixel values
+    0..16, then the label), from ``digits.csv.gz`` beside this module: scikit-learn's copy of the UCI test set,
+    shipped with the package (licences in ``digits.LICENSE.txt``), so the main job needs neither scikit-learn
+    nor a download."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits.csv.gz")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return np.loadtxt(f, delimiter=",")
 

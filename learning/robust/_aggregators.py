@@ -228,7 +228,7 @@ def gram_matrix(x: np.ndarray, *, start: int = 0, partial: np.ndarray | None = N
 
 
 def _one_blas_thread(on: bool) -> contextlib.AbstractContextManager[object]:
-    """BLAS limited to one thread for the block (``threadpoolctl``, which comes with scikit-learn), when ``on``."""
+    """BLAS limited to one thread for the block (``threadpoolctl``, a core dependency), when ``on``."""
     if not on:
         return contextlib.nullcontext()
     try:

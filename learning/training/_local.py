@@ -1,4 +1,4 @@
-"""Local training: K local SGD steps (or E epochs) from the global model, returning the update and statistics.
+"""Local training: K local steps (or E epochs) from the global model, returning the update and statistics.
 
 One client update, for every algorithm of the papers (seed_000 Alg. FedAvg/FedProx, seed_001 eq. (2), seed_002
 eq. (8), seed_003 eq. (4), seed_004 Alg. 1)::
@@ -17,14 +17,20 @@ seed_001's gradient units). The FedProx momentum buffer includes the proximal te
 The hot path (the simulator runs it for every client of every round) uses a :class:`FlatParameters` binding:
 loading the global model is one ``copy_``, a step is one forward/backward plus a few fused vector operations, and
 minibatches are ``index_select`` on tensors already in memory (no DataLoader).
+
+Beside that SGD program (the default, whose bits every bundled scenario's ledger head depends on), a config may
+ask for Adam or AdamW (``optimizer``), a clip of the loss gradient's norm (``grad_clip``) and label smoothing
+(``label_smoothing``), each off by default and each leaving the SGD arithmetic untouched when off. An app may
+bring its own loop instead (:func:`register_training_loop`): :class:`LocalTrainer` with ``loop="name"`` loads θ_t
+into a model, lets the loop train it and returns ``Δ = trained − θ_t`` as always.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace, dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
@@ -32,7 +38,9 @@ from torch.nn import functional as F
 
 from learning._errors import ConfigError
 from learning.data import Dataset
-from learning.models import FlatParameters, ModelSpec, SeededDropout, build_model
+from learning.models import (
+    FlatParameters, ModelSpec, SeededDropout, build_model, flatten_parameters, unflatten_parameters,
+)
 
 __all__ = [
     "BatchTransform",
@@ -40,10 +48,18 @@ __all__ = [
     "LocalResult",
     "LocalTrainer",
     "LocalTrainingConfig",
+    "LoopConfig",
+    "OPTIMIZERS",
+    "TRAINING_LOOPS",
+    "TrainingLoop",
     "evaluate",
+    "register_training_loop",
     "resolve_device",
     "train_local",
 ]
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+"""The built-in loop's optimizers (``LocalTrainingConfig.optimizer``)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -95,11 +111,26 @@ class LocalTrainingConfig:
     drop_last:
         Epoch mode: drop the last partial batch.
     momentum, nesterov:
-        ρ of momentum SGD (seed_000 Table 1: 0.9 for FedProx and the Byzantine runs); PyTorch convention.
+        ρ of momentum SGD (seed_000 Table 1: 0.9 for FedProx and the Byzantine runs); PyTorch convention. SGD
+        only (a ConfigError with Adam/AdamW), and so is a ``momentum_buffer`` carried across rounds.
     weight_decay:
-        λ, added to the gradient (seed_004 App. C: ℓ2 1e-4; seed_003 §7.3: 1e-3 on all parameters here).
+        λ. SGD and Adam: ℓ2, added to the gradient (seed_004 App. C: ℓ2 1e-4; seed_003 §7.3: 1e-3 on all
+        parameters here). AdamW: decoupled, ``z ← (1 − η λ) z`` before each step (Loshchilov & Hutter, 2019).
     prox_mu:
         FedProx μ: adds ``μ (z − θ_t)`` (seed_000 §2.2 μ_0; seed_001 §2.5).
+    optimizer:
+        ``"sgd"`` (the program of the module docstring), ``"adam"`` or ``"adamw"`` (``torch.optim.Adam`` /
+        ``AdamW``'s arithmetic on the flat vector, no AMSGrad). Adam's moments and step count start fresh in
+        every local job (common FL practice: no optimizer state travels between rounds or clients).
+    betas, eps:
+        Adam/AdamW's (β1, β2), each in [0, 1), and ε > 0 (ignored by SGD).
+    grad_clip:
+        Largest global ℓ2 norm of the loss gradient per step (``torch.nn.utils.clip_grad_norm_`` over all
+        parameters: scaled by ``min(1, c / (‖g‖ + 1e-6))``); 0 = off. The loss gradient is clipped *before* the
+        weight decay, the FedProx term and the correction are added.
+    label_smoothing:
+        Cross-entropy's label smoothing ε in [0, 1) (``F.cross_entropy(..., label_smoothing=ε)``); 0 = off. The
+        reported losses are then the smoothed ones.
     """
 
     steps: int | None = None
@@ -111,6 +142,11 @@ class LocalTrainingConfig:
     nesterov: bool = False
     weight_decay: float = 0.0
     prox_mu: float = 0.0
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    grad_clip: float = 0.0
+    label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.steps is None) == (self.epochs is None):
@@ -127,6 +163,26 @@ class LocalTrainingConfig:
         for key, value in (("weight_decay", self.weight_decay), ("prox_mu", self.prox_mu)):
             if not (math.isfinite(value) and value >= 0.0):
                 raise ConfigError(f"local training: {key} must be >= 0, got {value}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"local training: unknown optimizer {self.optimizer!r}; use {', '.join(OPTIMIZERS)}")
+        if self.optimizer != "sgd" and (self.momentum or self.nesterov):
+            raise ConfigError(f"local training: momentum and nesterov are SGD's, not {self.optimizer}'s (use betas)")
+        betas = self.betas
+        if not (isinstance(betas, tuple | list) and len(betas) == 2 and all(_is_number(b) for b in betas)):
+            raise ConfigError(f"local training: betas must be two numbers (β1, β2), got {betas!r:.60}")
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ConfigError(f"local training: betas must each be in [0, 1), got {tuple(betas)}")
+        object.__setattr__(self, "betas", (float(betas[0]), float(betas[1])))
+        if not (_is_number(self.eps) and math.isfinite(self.eps) and self.eps > 0.0):
+            raise ConfigError(f"local training: eps must be a positive finite number, got {self.eps!r:.40}")
+        if not (_is_number(self.grad_clip) and math.isfinite(self.grad_clip) and self.grad_clip >= 0.0):
+            raise ConfigError(f"local training: grad_clip must be >= 0 (0 = off), got {self.grad_clip!r:.40}")
+        if not (_is_number(self.label_smoothing) and 0.0 <= self.label_smoothing < 1.0):
+            raise ConfigError(f"local training: label_smoothing must be in [0, 1), got {self.label_smoothing!r:.40}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -209,6 +265,82 @@ def minibatch_indices(
     return out, 0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopConfig:
+    """What a custom training loop is told about its job.
+
+    Attributes
+    ----------
+    lr:
+        η of this round (``schedule(fl_round)``).
+    training:
+        The agreed :class:`LocalTrainingConfig` (steps or epochs, batch size, optimizer...): the loop may follow
+        it or not; nothing checks.
+    device:
+        Where the model and the data are.
+    """
+
+    lr: float
+    training: LocalTrainingConfig
+    device: torch.device
+
+
+class TrainingLoop(Protocol):
+    """An app's own local training: ``train(model, data, config, rng) -> {"loss": ..., "steps": ...} | None``.
+
+    It trains ``model`` (θ_t already loaded, in train mode, no gradients; on ``config.device``) in place on
+    ``data`` (on the same device) and draws every random number from ``rng`` (a seeded CPU
+    :class:`torch.Generator`, the job's only randomness). It may return statistics: ``loss`` (the mean loss),
+    ``loss_last``, ``steps`` and ``samples_seen`` become the :class:`LocalResult`'s; other keys are ignored."""
+
+    def __call__(
+        self, model: nn.Module, data: Dataset, config: LoopConfig, rng: torch.Generator, /
+    ) -> Mapping[str, float] | None: ...
+
+
+TRAINING_LOOPS: dict[str, TrainingLoop] = {}
+"""Registry ``name → training loop``, filled by :func:`register_training_loop` (an app's, at import)."""
+
+
+def register_training_loop(name: str) -> Callable[[TrainingLoop], TrainingLoop]:
+    """Function decorator: register a custom local training loop under ``name`` (``LocalTrainer(loop=name)``,
+    ``TrainingPlan.loop``, the scenario's ``training.loop``).
+
+    The audit never re-executes local training (it checks digests, scores and aggregates), so a chain trained by
+    a custom loop stays as verifiable as one trained by the built-in loop. Strategies that shape the local program
+    (FedProx μ > 0, SCAFFOLD's correction, client momentum carried across rounds, per-batch data attacks) need the
+    built-in loop: :meth:`LocalTrainer.train` refuses them with a custom one.
+
+    Examples
+    --------
+    In an app (``node.apps``)::
+
+        @register_training_loop("plain_sgd")
+        def plain_sgd(model, data, config, rng):
+            opt = torch.optim.SGD(model.parameters(), lr=config.lr)
+            steps = config.training.steps or 1
+            for _ in range(steps):
+                idx = torch.randint(0, len(data), (32,), generator=rng).to(config.device)
+                opt.zero_grad()
+                loss = F.cross_entropy(model(data.x[idx]), data.y[idx])
+                loss.backward()
+                opt.step()
+            return {"loss": float(loss), "steps": steps}
+    """
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ConfigError(f"training loop name {name!r:.60} is not an identifier")
+
+    def decorate(fn: TrainingLoop) -> TrainingLoop:
+        if name in TRAINING_LOOPS:
+            raise ConfigError(f"training loop {name!r} is already registered")
+        if not callable(fn):
+            raise ConfigError(f"training loop {name!r} is not callable")
+        TRAINING_LOOPS[name] = fn
+        return fn
+
+    return decorate
+
+
 def _dropout_generator(module: nn.Module, generator: torch.Generator, device: torch.device) -> None:
     dropouts = [m for m in module.modules() if isinstance(m, SeededDropout)]
     if not dropouts:
@@ -220,6 +352,69 @@ def _dropout_generator(module: nn.Module, generator: torch.Generator, device: to
         dev_gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
     for m in dropouts:
         m.generator = dev_gen
+
+
+def _check_job(
+    global_params: torch.Tensor, data: Dataset, vec: torch.Tensor, *, lr: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Refuse a bad job (ConfigError); return θ_t on the model's device and dtype, never aliasing ``vec``."""
+    if not (math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"learning rate must be a positive finite number, got {lr}")
+    if generator.device.type != "cpu":
+        raise ConfigError("train_local samples minibatches with a CPU torch.Generator")
+    if len(data) == 0:
+        raise ConfigError("cannot train on an empty local dataset")
+    device = vec.device
+    if data.x.device != device:
+        raise ConfigError(f"data on {data.x.device} but the model on {device}: use Dataset.to(device)")
+    if data.x.is_floating_point() and data.x.dtype != vec.dtype:
+        raise ConfigError(f"data are {data.x.dtype} but the model is {vec.dtype}: use Dataset.to(device, dtype)")
+    if global_params.dim() != 1 or global_params.numel() != vec.numel():
+        raise ConfigError(f"global_params must be 1-D of length {vec.numel()}, got {tuple(global_params.shape)}")
+    theta = global_params.to(device=device, dtype=vec.dtype)
+    if theta.data_ptr() == vec.data_ptr():
+        theta = theta.clone()
+    return theta
+
+
+def _clip_norm_(grad: torch.Tensor, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_`` on the flat gradient: ``g ← g · min(1, c / (‖g‖₂ + 1e-6))`` (no host
+    synchronisation: the factor stays a tensor)."""
+    norm = torch.linalg.vector_norm(grad)
+    grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+
+
+class _Adam:
+    """Adam/AdamW on the flat vector, with ``torch.optim.Adam``'s single-tensor arithmetic (Kingma & Ba, 2015;
+    AdamW: Loshchilov & Hutter, 2019)::
+
+        t ← t + 1;  z ← (1 − η λ) z  (AdamW)
+        m ← β1 m + (1 − β1) d;  v ← β2 v + (1 − β2) d²
+        z ← z − η / (1 − β1^t) · m / (√v / √(1 − β2^t) + ε)
+
+    ``d`` is the gradient with the ℓ2 weight decay (Adam), FedProx term and correction added. The state starts
+    at zero for every local job."""
+
+    __slots__ = ("beta1", "beta2", "decay", "eps", "exp_avg", "exp_avg_sq", "t")
+
+    def __init__(self, vec: torch.Tensor, config: LocalTrainingConfig) -> None:
+        self.beta1, self.beta2 = config.betas
+        self.eps = config.eps
+        self.decay = config.weight_decay if config.optimizer == "adamw" else 0.0
+        self.exp_avg = torch.zeros_like(vec)
+        self.exp_avg_sq = torch.zeros_like(vec)
+        self.t = 0.0
+
+    def step_(self, vec: torch.Tensor, d: torch.Tensor, lr: float) -> None:
+        self.t += 1.0
+        if self.decay:
+            vec.mul_(1 - lr * self.decay)
+        self.exp_avg.lerp_(d, 1 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(d, d, value=1 - self.beta2)
+        bias_correction1 = 1 - self.beta1**self.t
+        bias_correction2 = 1 - self.beta2**self.t
+        denom = (self.exp_avg_sq.sqrt() / bias_correction2**0.5).add_(self.eps)
+        vec.addcdiv_(self.exp_avg, denom, value=-(lr / bias_correction1))
 
 
 def train_local(
@@ -247,13 +442,14 @@ def train_local(
     data:
         The client's local dataset, on the model's device and (floating features) in its dtype (``Dataset.to``).
     config:
-        Steps/epochs, batch size, sampling, momentum, weight decay, FedProx μ.
+        Steps/epochs, batch size, sampling, optimizer, momentum, weight decay, FedProx μ, gradient clip, label
+        smoothing.
     lr:
         η for this round (``schedule(fl_round)``).
     generator:
         Seeded CPU :class:`torch.Generator` for minibatch sampling (and dropout masks); the only randomness.
     momentum_buffer:
-        Initial momentum buffer (default zeros); not modified.
+        Initial momentum buffer (default zeros); not modified. SGD only (a ConfigError with Adam/AdamW).
     gradient_correction:
         Constant vector c added to every step's gradient (SCAFFOLD ``c − c_i``, seed_001 §2.6).
     cursor:
@@ -266,24 +462,12 @@ def train_local(
     -------
     LocalResult
     """
-    if not (math.isfinite(lr) and lr > 0):
-        raise ConfigError(f"learning rate must be a positive finite number, got {lr}")
-    if generator.device.type != "cpu":
-        raise ConfigError("train_local samples minibatches with a CPU torch.Generator")
-    n = len(data)
-    if n == 0:
-        raise ConfigError("cannot train on an empty local dataset")
+    if momentum_buffer is not None and config.optimizer != "sgd":
+        raise ConfigError(f"a momentum_buffer carries SGD momentum across rounds; optimizer {config.optimizer!r} has none")
     module, vec, grad = flat.module, flat.vector, flat.grad
     device = vec.device
-    if data.x.device != device:
-        raise ConfigError(f"data on {data.x.device} but the model on {device}: use Dataset.to(device)")
-    if data.x.is_floating_point() and data.x.dtype != vec.dtype:
-        raise ConfigError(f"data are {data.x.dtype} but the model is {vec.dtype}: use Dataset.to(device, dtype)")
-    if global_params.dim() != 1 or global_params.numel() != vec.numel():
-        raise ConfigError(f"global_params must be 1-D of length {vec.numel()}, got {tuple(global_params.shape)}")
-    theta = global_params.to(device=device, dtype=vec.dtype)
-    if theta.data_ptr() == vec.data_ptr():
-        theta = theta.clone()
+    theta = _check_job(global_params, data, vec, lr=lr, generator=generator)
+    n = len(data)
     vec.copy_(theta)
 
     batches, next_cursor = minibatch_indices(n, config, generator, cursor)
@@ -292,9 +476,15 @@ def train_local(
     _dropout_generator(module, generator, device)
 
     rho, wd, mu = config.momentum, config.weight_decay, config.prox_mu
+    clip, smoothing = config.grad_clip, config.label_smoothing
     buf: torch.Tensor | None = None
-    if rho > 0.0:
+    if rho > 0.0:  # (SGD only: the config refuses momentum with Adam/AdamW)
         buf = torch.zeros_like(vec) if momentum_buffer is None else momentum_buffer.to(device, vec.dtype).clone()
+    adam: _Adam | None = None
+    if config.optimizer != "sgd":
+        adam = _Adam(vec, config)
+        if adam.decay:
+            wd = 0.0  # AdamW: decoupled, applied by the step, not added to the gradient
     correction = None if gradient_correction is None else gradient_correction.to(device=device, dtype=vec.dtype)
 
     x, y = data.x, data.y
@@ -310,20 +500,28 @@ def train_local(
         if batch_transform is not None:
             xb, yb = batch_transform(xb, yb)
         grad.zero_()
-        loss = F.cross_entropy(module(xb), yb)
+        if smoothing:
+            loss = F.cross_entropy(module(xb), yb, label_smoothing=smoothing)
+        else:
+            loss = F.cross_entropy(module(xb), yb)
         loss.backward()
+        if clip:  # the loss gradient only, before the regularisers
+            _clip_norm_(grad, clip)
         if wd:
             grad.add_(vec, alpha=wd)
         if mu:
             grad.add_(vec, alpha=mu).sub_(theta, alpha=mu)
         if correction is not None:
             grad.add_(correction)
-        if buf is not None:
-            buf.mul_(rho).add_(grad)
-            step = grad.add_(buf, alpha=rho) if config.nesterov else buf
+        if adam is not None:
+            adam.step_(vec, grad, lr)
         else:
-            step = grad
-        vec.add_(step, alpha=-lr)
+            if buf is not None:
+                buf.mul_(rho).add_(grad)
+                step = grad.add_(buf, alpha=rho) if config.nesterov else buf
+            else:
+                step = grad
+            vec.add_(step, alpha=-lr)
         loss_sum += loss.detach()
         seen += yb.shape[0]
     steps = len(batches)
@@ -365,6 +563,11 @@ class LocalTrainer:
     """One reusable model object for all clients of a process: build once, then ``train``/``evaluate`` any flat
     parameter vector (the simulator's hot path).
 
+    ``loop`` names a registered custom training loop (:func:`register_training_loop`; ``""``: the built-in
+    one, :func:`train_local`): :meth:`train` then loads θ_t into a second model of the same spec, calls the loop and
+    returns ``Δ = trained − θ_t`` with ``num_samples = len(data)``. A non-finite Δ is the caller's to refuse, as
+    with the built-in loop.
+
     Examples
     --------
     >>> from learning.models import MLPSpec
@@ -374,7 +577,7 @@ class LocalTrainer:
     torch.Size([4810])
     """
 
-    __slots__ = ("config", "device", "flat", "spec")
+    __slots__ = ("_loop_fn", "_loop_module", "config", "device", "flat", "loop", "spec")
 
     def __init__(
         self,
@@ -384,12 +587,25 @@ class LocalTrainer:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         init_seed: int = 0,
+        loop: str = "",
     ) -> None:
         self.spec = spec
         self.config = config
         self.device = torch.device(device)
         module = build_model(spec, seed=init_seed, device=self.device, dtype=dtype)
         self.flat = FlatParameters.bind(module)
+        self.loop = loop
+        self._loop_fn: TrainingLoop | None = None
+        self._loop_module: nn.Module | None = None
+        if loop:
+            try:
+                self._loop_fn = TRAINING_LOOPS[loop]
+            except KeyError:
+                known = ", ".join(sorted(TRAINING_LOOPS)) or "none"
+                raise ConfigError(f"unknown training loop {loop!r:.60}; registered: {known}") from None
+            # a model of its own: a loop may detach parameters or gradients from the flat binding (an optimizer's
+            # zero_grad(set_to_none=True)), which the built-in loop and evaluate() rely on
+            self._loop_module = build_model(spec, seed=init_seed, device=self.device, dtype=dtype)
 
     @property
     def module(self) -> nn.Module:
@@ -414,10 +630,29 @@ class LocalTrainer:
         prox_mu: float | None = None,
         batch_transform: BatchTransform | None = None,
     ) -> LocalResult:
-        """:func:`train_local` with this trainer's model and config (``prox_mu`` overrides the config's μ)."""
+        """:func:`train_local` with this trainer's model and config (``prox_mu`` overrides the config's μ), or its
+        custom loop (which refuses ``prox_mu`` > 0, a ``gradient_correction``, a ``momentum_buffer`` and a
+        ``batch_transform`` with a ConfigError, and ignores ``cursor``)."""
         config = self.config
         if prox_mu is not None and prox_mu != config.prox_mu:
             config = replace(config, prox_mu=float(prox_mu))
+        if self._loop_fn is not None:
+            refused = [
+                what
+                for what, given in (
+                    (f"FedProx prox_mu={config.prox_mu}", config.prox_mu > 0),
+                    ("a gradient_correction (SCAFFOLD)", gradient_correction is not None),
+                    ("a momentum_buffer", momentum_buffer is not None),
+                    ("a batch_transform (per-batch data attack)", batch_transform is not None),
+                )
+                if given
+            ]
+            if refused:
+                raise ConfigError(
+                    f"custom training loop {self.loop!r} cannot apply {' and '.join(refused)}: "
+                    "the strategy or attack needs the built-in loop (training.loop = \"\")"
+                )
+            return self._train_loop(global_params, data, config, lr=lr, generator=generator)
         return train_local(
             self.flat,
             global_params,
@@ -429,6 +664,37 @@ class LocalTrainer:
             gradient_correction=gradient_correction,
             cursor=cursor,
             batch_transform=batch_transform,
+        )
+
+    def _train_loop(
+        self, global_params: torch.Tensor, data: Dataset, config: LocalTrainingConfig, *, lr: float,
+        generator: torch.Generator,
+    ) -> LocalResult:
+        assert self._loop_fn is not None and self._loop_module is not None
+        module, vec = self._loop_module, self.flat.vector
+        theta = _check_job(global_params, data, vec, lr=lr, generator=generator)
+        unflatten_parameters(module, theta)
+        for p in module.parameters():
+            p.grad = None
+        _dropout_generator(module, generator, vec.device)
+        module.train()
+        stats = self._loop_fn(module, data, LoopConfig(lr=float(lr), training=config, device=vec.device), generator)
+        if stats is not None and not isinstance(stats, Mapping):
+            raise ConfigError(f"training loop {self.loop!r} returned a {type(stats).__name__}, not a mapping or None")
+        stats = {} if stats is None else stats
+        trained = flatten_parameters(module)
+        if trained.shape != theta.shape or trained.dtype != theta.dtype or trained.device != theta.device:
+            raise ConfigError(f"training loop {self.loop!r} changed the model's parameters' shapes, dtype or device")
+        loss = float(stats.get("loss", float("nan")))
+        return LocalResult(
+            delta=trained - theta,
+            num_samples=len(data),
+            steps=int(stats.get("steps", 0)),
+            samples_seen=int(stats.get("samples_seen", 0)),
+            lr=float(lr),
+            loss_mean=loss,
+            loss_last=float(stats.get("loss_last", loss)),
+            momentum_buffer=None,
         )
 
     def evaluate(self, params: torch.Tensor, data: Dataset, *, batch_size: int = 4096) -> EvalResult:

@@ -77,4 +77,14 @@ def prometheus_text(m: Mapping[str, Any]) -> str:
              [({"result": "ok"}, m.get("trained", 0)), ({"result": "failed"}, m.get("train_failures", 0))])
     t.metric("concilium_training_seconds_total", "counter", "Wall seconds spent in local training jobs.",
              [({}, float(m.get("train_seconds", 0.0)))])
+    local = m.get("local_eval")
+    if isinstance(local, Mapping):  # this member's own validation split (issue 33 item 6)
+        t.metric("concilium_local_accuracy", "gauge",
+                 "Accuracy of the last committed model on this node's own validation split.",
+                 [({"height": local.get("height", 0)}, float(local.get("accuracy", 0.0)))])
+        t.metric("concilium_local_loss", "gauge",
+                 "Cross-entropy of the last committed model on this node's own validation split.",
+                 [({"height": local.get("height", 0)}, float(local.get("loss", 0.0)))])
+        t.metric("concilium_local_validation_samples", "gauge", "Samples of this node's validation split.",
+                 [({}, int(local.get("samples", 0)))])
     return "\n".join(t.lines) + "\n"

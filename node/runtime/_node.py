@@ -284,6 +284,9 @@ class NodeRuntime:
         self.train_failures = 0
         self.train_seconds = 0.0
         self.rounds = 0  # blocks this process stored (decided or synced): /metrics
+        self._eval_height = 0  # the newest stored height whose model this member has not yet evaluated locally
+        self.local_eval: dict[str, Any] | None = None
+        """The last committed model's accuracy and loss on this member's own validation split (issue 33 item 6)."""
         self.stored_height = self.store.height()
         self.last_height = min(options.stop_at_height or genesis.protocol.fl_rounds, genesis.protocol.fl_rounds)
         self._height_event = trio.Event()
@@ -427,6 +430,9 @@ class NodeRuntime:
         on_decided = getattr(self._trainer, "on_decided", None)
         if on_decided is not None:
             on_decided(block)
+        if getattr(self._trainer, "evaluate", None) is not None:  # (in the training thread, after its jobs)
+            self._eval_height = block.header.height
+            self._job_ready.set()
         self._height_event.set()
         self._height_event = trio.Event()
 
@@ -477,6 +483,26 @@ class NodeRuntime:
                     self._execute(self.core.ask_wanted())  # no more rounds, but the archive is completed
             await trio.sleep(self._tick_ms / 1000)
 
+    async def _evaluate_latest(self) -> None:
+        """This member's validation accuracy of the newest stored block's model (the trainer's ``evaluate``), run
+        in the training thread between jobs (they share the model object); an older height not yet evaluated is
+        skipped. Logged as ``evaluated`` and kept for ``status.json`` and ``/metrics``."""
+        h, self._eval_height = self._eval_height, 0
+        block = self._stored_block(h)
+        if block is None or not self.blobs.has(block.payload.model_digest):
+            return  # (a synced block whose model this node has not fetched: nothing to evaluate)
+        try:
+            vec = np.array(blob_to_vector(self.blobs.get(block.payload.model_digest)), dtype=np.float32)
+            res = await trio.to_thread.run_sync(self._trainer.evaluate, vec)
+        except Exception as e:  # noqa: BLE001 - a failed evaluation is logged; the node goes on
+            self.log("evaluated", level="warning", height=h, error=f"{type(e).__name__}: {e}")
+            return
+        if res is None:
+            return
+        self.local_eval = {"height": h, "fl_round": block.header.fl_round, **res}
+        self.log("evaluated", **self.local_eval)
+        self._write_status()  # (a health check or a supervisor sees it now, not at the next status tick)
+
     async def _training(self) -> None:
         while True:
             await self._job_ready.wait()
@@ -506,6 +532,8 @@ class NodeRuntime:
                 except ValueError as e:
                     self.train_failures += 1
                     self.log("train", level="error", round=job.fl_round, error=str(e))
+            if self._eval_height:
+                await self._evaluate_latest()
 
     def status(self) -> dict[str, Any]:
         st = self.core.status()
@@ -527,6 +555,7 @@ class NodeRuntime:
             "view_changes": self.view_changes,
             "evidence": self.evidence,
             "fetched": self.fetched,
+            **({"local_eval": dict(self.local_eval)} if self.local_eval is not None else {}),
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
                 "messages_out": dict(ts.messages_out), "bytes_out": dict(ts.bytes_out),

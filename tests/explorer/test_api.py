@@ -256,6 +256,11 @@ def test_prometheus_text_format():
     assert 'concilium_dropped_inputs_total{layer="transport",reason="oversize"} 1' in lines
     assert "concilium_training_seconds_total 1.5" in lines and 'concilium_training_jobs_total{result="failed"} 1' in lines
     assert "concilium_peers_banned 1" in lines and text.endswith("\n")
+    assert not any(ln.startswith("concilium_local_") for ln in lines)  # no validation split: no local figures
+    local = prometheus_text({**m, "local_eval": {"height": 7, "fl_round": 7, "accuracy": 0.75, "loss": 0.5, "samples": 40}})
+    local_lines = local.splitlines()
+    assert 'concilium_local_accuracy{height="7"} 0.75' in local_lines and 'concilium_local_loss{height="7"} 0.5' in local_lines
+    assert "concilium_local_validation_samples 40" in local_lines
     for line in lines:  # every sample line is NAME[{labels}] VALUE
         if not line.startswith("#"):
             name, value = line.rsplit(" ", 1)

@@ -148,7 +148,7 @@ def test_the_app_through_the_command_line(tmp_path, readme_plugins):
 def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path, readme_plugins):
     """Issue 32 item 2 for nodes: ``testnet init`` of the README scenario copies the app beside its scenario.toml and
     pins it in the genesis; ``node start`` with a changed app is refused before it joins, with one line naming both
-    digests (exit 2), and so is one whose scenario lacks the app (naming the pinned app)."""
+    digests (exit 2), and so is one whose node config lacks the app (naming the pinned app)."""
     readme_plugins(tmp_path)
     cli = [sys.executable, "-m", "concilium"]
     r = subprocess.run([*cli, "testnet", "init", "--scenario", "my_scenario.toml", "--out", "net"], cwd=tmp_path,
@@ -165,11 +165,13 @@ def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path, readme_plugins):
     r = subprocess.run([*start, "--app", str(tmp_path / "changed" / "my_plugins.py")], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and pin["digest"] in r.stderr and "has digest" in r.stderr, r.stderr
-    bare = tmp_path / "bare.toml"
-    bare.write_text("\n".join(x for x in (net / "scenario.toml").read_text().splitlines() if not x.startswith("app =")))
-    r = subprocess.run([*start, "--data", str(bare), "--member", "0"], capture_output=True, text=True, timeout=120)
+    node_toml = net / "nodes" / "node-0" / "node.toml"
+    assert tomllib.loads(node_toml.read_text())["app"] == "../../app/my_plugins.py"  # testnet init wires the copy
+    bare = net / "nodes" / "node-0" / "bare.toml"  # a node config without the app
+    bare.write_text("\n".join(x for x in node_toml.read_text().splitlines() if not x.startswith("app =")))
+    r = subprocess.run([*cli, "node", "start", "--config", str(bare)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "unknown update attack 'flip_scale'" in r.stderr and "pins app 'my_plugins': give it with --app" in r.stderr
+    assert "my_plugins" in r.stderr and "--app" in r.stderr, r.stderr
 
 
 @pytest.mark.slow  # about 10 s on 2 cores

@@ -23,7 +23,7 @@ from learning import partition_dataset, partition_spec, vector_to_blob
 from sim import Simulation, load_scenario, verify_ledger
 from node._errors import ConfigFileError
 from node.core import Transmit
-from sim._rng import RngTree
+from learning._rng import RngTree
 from sim._scenario import LinkConfig
 from sim._world import MemberData, World
 

@@ -78,7 +78,7 @@ from node.runtime._frames import encode_header, read_frame
 from node.runtime._transport import TransportLimits, protocol_ids
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
-from sim._testnet import NodeFiles, free_ports, read_events, write_testnet
+from concilium._testnet import NodeFiles, free_ports, read_events, write_testnet
 from sim._world import World
 
 ROUNDS = 8
@@ -179,7 +179,7 @@ def _write_network(tmp: Path, rounds: int = ROUNDS) -> tuple[World, list[NodeFil
     (tmp / "scenario.toml").write_text(tomli_w.dumps(data))
     world = World.build(load_scenario(tmp / "scenario.toml"))
     files = write_testnet(tmp, world, keys=world.keys, hosts=["127.0.0.1"] * 4, ports=free_ports(4),
-                          listen_host="127.0.0.1", scenario_file="../../scenario.toml", addrs_in_genesis=False)
+                          listen_host="127.0.0.1", addrs_in_genesis=False)
     return world, files
 
 

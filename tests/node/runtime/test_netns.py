@@ -33,7 +33,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
-from sim._testnet import read_events, stop_processes, write_testnet
+from concilium._testnet import read_events, stop_processes, write_testnet
 from sim._world import World
 
 N = 4
@@ -171,7 +171,7 @@ def test_nodes_in_separate_network_namespaces_commit_over_their_own_addresses(tm
         (tmp_path / "scenario.toml").write_text(tomli_w.dumps(data))
         world = World.build(load_scenario(tmp_path / "scenario.toml"))
         files = write_testnet(tmp_path, world, keys=world.keys, hosts=box.addrs, ports=[PORT] * N,
-                              listen_host="0.0.0.0", scenario_file="../../scenario.toml", addrs_in_genesis=True)
+                              listen_host="0.0.0.0", addrs_in_genesis=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         for f, ns, addr in zip(files, box.nodes, box.addrs, strict=True):
             cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "concilium", "node", "start",

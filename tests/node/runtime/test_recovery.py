@@ -22,7 +22,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim import scenario_toml, verify_ledger
-from sim._testnet import free_ports, read_events, stop_processes, write_testnet
+from concilium._testnet import free_ports, read_events, stop_processes, write_testnet
 from sim._world import World
 
 ROUNDS = 24
@@ -65,7 +65,7 @@ def crash_and_recover(tmp: Path, seed: int) -> dict[str, object]:
     world = World.build(sc)
     (tmp / "scenario.toml").write_text(tomli_w.dumps(scenario_toml(sc)))
     files = write_testnet(tmp, world, keys=world.keys, hosts=["127.0.0.1"] * 4, ports=free_ports(4),
-                          listen_host="127.0.0.1", scenario_file="../../scenario.toml", addrs_in_genesis=False)
+                          listen_host="127.0.0.1", addrs_in_genesis=False)
     procs = [_start(f.config, ROUNDS, linger=60.0) for f in files]
     try:
         deadline = time.monotonic() + 120

@@ -27,8 +27,10 @@ def test_init_writes_a_network_for_separate_machines(tmp_path: Path) -> None:
         assert stat.S_IMODE(Path(cfg.key).stat().st_mode) == 0o600
         member = next(m for m in genesis.members if m.peer_id == key.peer_id)
         assert member.addrs == (f"/ip4/{h}/tcp/4001",)  # separate hosts: the same port on each
-        assert cfg.listen == ("/ip4/0.0.0.0/tcp/4001",) and cfg.data is not None and cfg.data.member == i
-        assert Path(cfg.data.scenario).is_file() and Path(cfg.genesis).is_file()
+        # node i trains on its own materialized partition (npz), with a validation split and the genesis' θ_0
+        assert cfg.listen == ("/ip4/0.0.0.0/tcp/4001",) and cfg.data is not None and cfg.data.format == "npz"
+        assert Path(cfg.data.path).is_file() and Path(cfg.data.path).parent.name == f"member-{i}"
+        assert Path(cfg.data.validation).is_file() and Path(cfg.genesis).is_file() and Path(cfg.initial_model).is_file()
     # fresh keys: a second network gets other peer ids
     assert main(["testnet", "init", "--nodes", "4", "--out", str(tmp_path / "net2")]) == 0
     assert {m.peer_id for m in load_genesis(tmp_path / "net2" / "genesis.toml").members}.isdisjoint(
@@ -71,7 +73,8 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
     cases = [
         (["node", "start", "--config", str(tmp_path / "missing.toml")], "no such node config file"),
         (["node", "start", "--genesis", str(out / "genesis.toml")], "--key: required"),
-        (["node", "start", "--config", str(cfg), "--data", str(tmp_path / "nope.toml")], "nope.toml"),
+        (["node", "start", "--config", str(cfg), "--data-path", str(tmp_path / "nope.npz")], "nope.npz"),
+        (["node", "start", "--config", str(cfg), "--data-format", "parquet"], "parquet"),
         (["node", "start", "--config", str(cfg), "--key", str(out / "nodes" / "node-1" / "missing.key")], "no such key file"),
         (["node", "start", "--config", str(cfg), "--peer", "/ip4/127.0.0.1/tcp/1"], "must end in /p2p/"),
         (["node", "status", "--data-dir", str(tmp_path)], "no status file"),
@@ -120,13 +123,12 @@ steps = 2
 def test_node_start_names_a_missing_local_data_file(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     (tmp_path / "one.toml").write_text(ONE_NODE)
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
-    missing = ONE_NODE.replace('dataset = "digits"', 'dataset = "mnist"\nparams = { root = "' + str(tmp_path / "no-mnist") + '" }')
-    (tmp_path / "mnist.toml").write_text(missing.replace("in_features = 64", "in_features = 784"))
+    (tmp_path / "no-mnist").mkdir()
     capsys.readouterr()
     code = main(["node", "start", "--config", str(tmp_path / "net" / "nodes" / "node-0" / "node.toml"),
-                 "--data", str(tmp_path / "mnist.toml")])
+                 "--data-path", str(tmp_path / "no-mnist"), "--data-format", "idx"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "train-images-idx3-ubyte" in err and "no-mnist" in err, err
+    assert code == 2 and err.count("\n") == 1 and "no-mnist" in err and "idx" in err, err
 
 
 def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) -> None:
@@ -145,7 +147,7 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
     node = tmp_path / "net" / "nodes" / "node-0"
     with (node / "node.toml").open("a") as f:  # the node config's [transport] table reaches the transport
         f.write("\n[transport]\nheader_timeout_s = 45.0\nban_s = 7\n")
-    from sim._testnet import free_ports
+    from concilium._testnet import free_ports
 
     port = free_ports(1)[0]
     proc = subprocess.Popen(

@@ -1,11 +1,17 @@
 """Real networks of node processes: ``concilium testnet init`` (files for N nodes, on one machine or many) and
 ``concilium testnet local`` (N processes on 127.0.0.1, watched, verified, with a results folder).
 
-A testnet runs a scenario's genesis and data (:class:`sim._world.World`): member ``i`` trains on partition
-``i``. ``testnet local`` uses the scenario's own (derived) keys and a genesis without addresses, i.e. the very
-genesis ``sim run`` uses, so the two give the same accepted sets and model digests when nothing times out
-(block times, hence block hashes, are wall-clock times on a testnet). ``testnet init`` draws fresh keys from
-the OS and writes each node's address into the genesis, for networks that outlive a test.
+Testnet orchestration lives here, in the application shell, not in ``sim/`` (whose rule is "no wall clock"): it
+starts real processes and watches them in real time. Each node gets its own data through the same local-data
+interface any operator uses (``node.toml``'s ``[data]``): either a folder of ``concilium data split``
+(``--data DIR``: node ``i`` trains on ``DIR/member-<i>/``), or the scenario's own partition, materialized per
+member under ``data/member-<i>/`` (npz, the very float32 values the simulator trains on, and a local validation
+split cut from the scenario's test split). A node process builds only its own world (``node.world``).
+
+``testnet local`` uses the scenario's own (derived) keys and a genesis without addresses, i.e. the very genesis
+``sim run`` uses, so the two give the same accepted sets and model digests when nothing times out (block times,
+hence block hashes, are wall-clock times on a testnet). ``testnet init`` draws fresh keys from the OS and writes
+each node's address into the genesis, for networks that outlive a test.
 
 The node processes are ``python -m concilium node start --config nodes/node-i/node.toml --log-format json``;
 their JSON event lines (``nodes/node-i/node.log``) are all the supervisor reads. It never talks to them.
@@ -14,6 +20,7 @@ their JSON event lines (``nodes/node-i/node.log``) are all the supervisor reads.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -30,16 +37,21 @@ from typing import Any
 import numpy as np
 import tomli_w
 
+from concilium._data import read_manifest, split_to_dir
 from ledger import KeyPair, LedgerError
 from ledger.store import FileBlobStore
 from node.config import dump_genesis, write_file_atomic
 from node.keys import generate_key, save_key
-from sim._scenario import Scenario
-from sim._world import World, check_network_adversary
+from node.world import write_initial_model
+from sim import Scenario, World, byzantine_indices, check_network_adversary
 
 __all__ = ["LocalTestnet", "NodeFiles", "free_ports", "read_events", "stop_processes", "write_testnet"]
 
 NODES_DIR = "nodes"
+DATA_DIR = "data"
+"""The members' materialized data of a testnet folder (without ``--data``)."""
+INITIAL_MODEL = "model0.bin"
+"""The genesis' initial model beside ``genesis.toml`` (each node reads and checks it)."""
 LINGER_S = 900.0
 
 
@@ -103,6 +115,25 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def materialize_world(out: Path, world: World) -> dict[str, Any]:
+    """The scenario's partition as a split folder (``concilium._data.split_to_dir``): member ``i``'s training data
+    (npz: the simulator's float32 values, bit for bit), a local validation split per member (the scenario's test
+    split dealt out in equal seeded slices, so training data stays the simulator's), the test split and the public
+    split where the scenario has one."""
+    n = len(world.client_data)
+    perm = world.rng.child("local-validation").numpy().permutation(len(world.test))
+    slices = np.array_split(perm, n)
+    members = [(world.client_data[i], world.test.subset(np.sort(slices[i])) if len(slices[i]) else None)
+               for i in range(n)]
+    return split_to_dir(out, members, ["npz"], test=world.test, public=world.public_data,
+                        source=world.scenario.data.dataset, partition=world.scenario.data.partition,
+                        seed=world.scenario.seed, contract=world.contract)
+
+
+def _rel(path: Path, start: Path) -> str:
+    return os.path.relpath(path, start)
+
+
 def write_testnet(
     out: Path,
     world: World,
@@ -111,14 +142,34 @@ def write_testnet(
     hosts: Sequence[str],
     ports: Sequence[int],
     listen_host: str,
-    scenario_file: str,
     addrs_in_genesis: bool,
+    data: Path | None = None,
+    app: Path | None = None,
 ) -> list[NodeFiles]:
-    """Write ``genesis.toml`` and, per node, ``nodes/node-i/{node.key,node.toml}`` under ``out``."""
+    """Write ``genesis.toml``, ``model0.bin`` and, per node, ``nodes/node-i/{node.key,node.toml}`` under ``out``;
+    node ``i``'s ``[data]`` is ``data/member-<i>/`` of the split folder ``data`` (default: the scenario's partition,
+    materialized under ``out/data``)."""
     n = len(keys)
     addrs = [f"/ip4/{hosts[i]}/tcp/{ports[i]}" for i in range(n)]
-    genesis = world.genesis_for([k.public_key for k in keys], [(a,) for a in addrs] if addrs_in_genesis else ())
+    if data is None:
+        data = out / DATA_DIR
+        manifest = materialize_world(data, world)
+        contract = None
+    else:
+        manifest = read_manifest(data)
+        if len(manifest["members"]) != n:
+            raise ValueError(f"{data}: {len(manifest['members'])} member directories for {n} nodes")
+        from learning import DataContract  # noqa: PLC0415
+
+        contract = DataContract.from_params(manifest["contract"], f"{data}/manifest.json: contract")
+    sizes = [int(m["samples"]) for m in manifest["members"]]
+    genesis = world.genesis_for([k.public_key for k in keys], [(a,) for a in addrs] if addrs_in_genesis else (),
+                                contract=contract, sizes=sizes)
     write_file_atomic(out / "genesis.toml", dump_genesis(genesis).encode(), overwrite=True)
+    write_initial_model(out / INITIAL_MODEL, world.theta0)
+    byzantine = set(byzantine_indices(world.scenario, genesis))
+    adv = world.scenario.adversary
+    faults = [{k: v for k, v in dataclasses.asdict(f).items()} for f in adv.faults]
     files = []
     for i, k in enumerate(keys):
         d = out / NODES_DIR / f"node-{i}"
@@ -126,14 +177,33 @@ def write_testnet(
         save_key(k, d / "node.key", overwrite=True)
         files.append(NodeFiles(i, d, d / "node.toml", k.peer_id, f"{addrs[i]}/p2p/{k.peer_id}"))
     for f in files:
-        cfg = {
+        entry = manifest["members"][f.index]
+        table: dict[str, Any] = {"path": _rel(data / entry["path"], f.dir), "format": entry["format"]}
+        if isinstance(entry.get("validation"), dict):
+            table["validation"] = _rel(data / entry["validation"]["path"], f.dir)
+        if isinstance(manifest.get("public"), dict):
+            table["public"] = _rel(data / manifest["public"]["path"], f.dir)
+        cfg: dict[str, Any] = {
             "genesis": "../../genesis.toml",
             "key": "node.key",
             "data_dir": "data",
+            "initial_model": f"../../{INITIAL_MODEL}",
             "listen": [f"/ip4/{listen_host}/tcp/{ports[f.index]}"],
             "peers": [] if addrs_in_genesis else [g.address for g in files if g.index != f.index],
-            "data": {"scenario": scenario_file, "member": f.index},
         }
+        if world.scenario.training.reproducible:
+            cfg["reproducible"] = True
+        if app is not None:
+            cfg["app"] = _rel(app, f.dir)
+        cfg["data"] = table
+        role: dict[str, Any] = {}
+        if f.index in byzantine:
+            role = {"byzantine": True, "attack": adv.attack, "data_attack": adv.data_attack,
+                    "from_round": adv.from_round, "n_samples": adv.n_samples}
+        if faults:
+            role["faults"] = faults
+        if role:
+            cfg["adversary"] = role
         write_file_atomic(f.config, tomli_w.dumps(cfg).encode(), overwrite=True)
     return files
 
@@ -148,12 +218,18 @@ def compose_host(i: int) -> str:
 
 
 def init_testnet(
-    scenario: Scenario, out: Path, *, hosts: Sequence[str], base_port: int, scenario_file: str, derived_keys: bool,
-    compose: bool = False,
+    scenario: Scenario, out: Path, *, hosts: Sequence[str], base_port: int, derived_keys: bool,
+    compose: bool = False, data: Path | None = None, app: Path | None = None,
 ) -> list[NodeFiles]:
     """``concilium testnet init``: fresh keys (or the scenario's derived ones), addresses in the genesis, and with
-    ``compose`` a ``compose.yaml`` running every node in its own container at a static address."""
+    ``compose`` a ``compose.yaml`` running every node in its own container at a static address. With ``compose``
+    a split folder ``data`` outside ``out`` is copied to ``out/data`` (the containers see ``out`` only)."""
     check_network_adversary(scenario)
+    if compose and data is not None and not Path(data).resolve().is_relative_to(Path(out).resolve()):
+        import shutil  # noqa: PLC0415
+
+        shutil.copytree(data, out / DATA_DIR)
+        data = out / DATA_DIR
     world = World.build(scenario)
     n = scenario.members
     keys = list(world.keys) if derived_keys else [generate_key() for _ in range(n)]
@@ -163,7 +239,7 @@ def init_testnet(
         hosts = list(hosts) if len(hosts) == n else [hosts[0]] * n
         ports = [base_port + (i if len(set(hosts)) == 1 else 0) for i in range(n)]
     files = write_testnet(out, world, keys=keys, hosts=hosts, ports=ports, listen_host="0.0.0.0",
-                          scenario_file=scenario_file, addrs_in_genesis=True)
+                          addrs_in_genesis=True, data=data, app=app)
     if compose:
         write_file_atomic(out / "compose.yaml", compose_file(files).encode(), overwrite=True)
     return files
@@ -213,6 +289,8 @@ class _NodeWatch:
     offset: int = 0
     height: int = 0
     decided: dict[int, dict[str, Any]] = field(default_factory=dict)
+    local: dict[int, float] = field(default_factory=dict)
+    """Height → this node's accuracy of that height's model on its own validation split (its ``evaluated`` events)."""
     finished: bool = False
     """It logged ``done``: the last round stored, its archive complete (or given up on)."""
     done: bool = False
@@ -232,15 +310,26 @@ def _child_setup() -> None:  # pragma: no cover - runs in the child between fork
 class LocalTestnet:
     """``concilium testnet local``: run ``scenario`` as N node processes on 127.0.0.1 (see the module)."""
 
-    def __init__(self, scenario: Scenario, out: Path, *, scenario_file: str, progress: bool = True,
-                 timeout_s: float = 600.0) -> None:
+    def __init__(self, scenario: Scenario, out: Path, *, progress: bool = True, timeout_s: float = 600.0,
+                 data: Path | None = None, app: Path | None = None) -> None:
         check_network_adversary(scenario)
         self.sc = scenario
         self.out = out
-        self.scenario_file = scenario_file
+        self.data = data
+        self.app = app
         self.progress = progress
         self.timeout_s = timeout_s
         self.world = World.build(scenario)
+        self.test = self.world.test
+        """The split the supervisor evaluates the committed models on: the scenario's test split, or the split
+        folder's ``test/`` with ``--data``."""
+        if data is not None:
+            m = read_manifest(data)
+            if isinstance(m.get("test"), dict):
+                from learning import DataContract, LocalData, load_local  # noqa: PLC0415
+
+                contract = DataContract.from_params(m["contract"], f"{data}/manifest.json: contract")
+                self.test, _ = load_local(LocalData(path=str(Path(data) / m["test"]["path"]), format="npz"), contract)
         self.nodes: list[_NodeWatch] = []
         self.metrics: list[dict[str, Any]] = []
 
@@ -248,7 +337,7 @@ class LocalTestnet:
         n = self.sc.members
         ports = free_ports(n)
         files = write_testnet(self.out, self.world, keys=self.world.keys, hosts=["127.0.0.1"] * n, ports=ports,
-                              listen_host="127.0.0.1", scenario_file=self.scenario_file, addrs_in_genesis=False)
+                              listen_host="127.0.0.1", addrs_in_genesis=False, data=self.data, app=self.app)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         for f in files:
             log = f.dir / "node.log"
@@ -269,6 +358,9 @@ class LocalTestnet:
                 if ev.get("event") == "decided" and isinstance(ev.get("height"), int):
                     w.decided[ev["height"]] = ev
                     w.height = max(w.height, ev["height"])
+                elif ev.get("event") == "evaluated" and isinstance(ev.get("height"), int) and isinstance(
+                        ev.get("accuracy"), (int, float)):
+                    w.local[ev["height"]] = float(ev["accuracy"])
                 elif ev.get("event") == "done":
                     w.finished = True
                 elif ev.get("level") == "error":
@@ -295,7 +387,7 @@ class LocalTestnet:
             from learning import blob_to_vector  # noqa: PLC0415
 
             vec = np.array(blob_to_vector(blob), dtype=np.float32)
-            res = self.world.trainer.evaluate(torch.from_numpy(vec), self.world.test)
+            res = self.world.trainer.evaluate(torch.from_numpy(vec), self.test)
             return float(res.accuracy), float(res.loss)
         return math.nan, math.nan
 
@@ -355,16 +447,23 @@ class LocalTestnet:
         }
 
     def _summary(self, wall: float, interrupted: int) -> dict[str, Any]:
-        from sim._run import ledger_verdict  # noqa: PLC0415
+        from sim import ledger_verdict  # noqa: PLC0415
 
         out = self.out
+        for m in self.metrics:  # the members' own validation accuracies beside the public one (issue 33 item 6)
+            local = {f"local_accuracy_n{w.files.index}": w.local.get(m["fl_round"], math.nan) for w in self.nodes}
+            seen = [v for v in local.values() if not math.isnan(v)]
+            m["local_accuracy_mean"] = sum(seen) / len(seen) if seen else math.nan
+            m["local_accuracy_min"] = min(seen) if seen else math.nan
+            m["local_accuracy_max"] = max(seen) if seen else math.nan
+            m.update(local)
         if self.metrics:
             with open(out / "metrics.csv", "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(list(self.metrics[0]))
                 for m in self.metrics:
                     w.writerow(list(m.values()))
-            from sim._run import accuracy_plot  # noqa: PLC0415
+            from sim import accuracy_plot  # noqa: PLC0415
 
             accuracy_plot(out / "accuracy.png", [(m["fl_round"], m["accuracy"]) for m in self.metrics],
                           f"testnet {self.sc.name} ({self.sc.members} node processes, {self.sc.protocol.mode} mode)")
