@@ -1457,6 +1457,12 @@ class Replica:
         return self._h, self._view, self._primary(self._view)
 
     @property
+    def ahead_height(self) -> int:
+        """The highest height a member showed this replica (0 if none beyond its own yet): how far the network is,
+        as far as this replica knows."""
+        return self._ahead[0] if self._ahead is not None else 0
+
+    @property
     def behind(self) -> bool:
         """A member showed this replica a later decided height: it is catching up (lazy: it does not sleep)."""
         return self._behind()

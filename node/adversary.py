@@ -217,7 +217,13 @@ class NodeAdversary(Behavior):
         self.counts: dict[str, int] = {"dropped": 0, "delayed": 0, "corrupted": 0, "equivocated": 0, "skewed": 0}
 
     def _height(self) -> int:
-        return 0 if self.core is None else self.core.chain_state.height + 1
+        """The height the faults are judged at: the one this node decides, or the highest a member showed it if the
+        network is further (as the simulator judges a fault by the network's height). A silent node whose fault
+        ends at ``until_round`` thus speaks again once it sees the network past that round, and catches up: judged
+        by its own height alone it could never ask for the block it missed."""
+        if self.core is None:
+            return 0
+        return max(self.core.chain_state.height + 1, self.core.replica.ahead_height)
 
     def _coordinator(self) -> str | None:
         if self.core is None:
