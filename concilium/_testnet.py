@@ -53,6 +53,8 @@ DATA_DIR = "data"
 INITIAL_MODEL = "model0.bin"
 """The genesis' initial model beside ``genesis.toml`` (each node reads and checks it)."""
 LINGER_S = 900.0
+EVAL_GRACE_S = 10.0
+"""How long ``testnet local`` waits, once every node stored the last round, for their local evaluations of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +403,7 @@ class LocalTestnet:
                    disable=not self.progress, dynamic_ncols=True)
         shown = 0
         interrupted = 0
+        finished_at = 0.0
         try:
             while True:
                 self._poll()
@@ -412,7 +415,12 @@ class LocalTestnet:
                     bar.update(1)
                     bar.set_postfix_str(f"acc {m['accuracy']:.3f} view {m['view']} committee {m['committee']}")
                 if all(w.done or w.finished for w in self.nodes):
-                    break
+                    # each node evaluates the last model on its own validation split right after storing it, in its
+                    # training thread: give that line a few seconds to arrive (a node without a split never logs one)
+                    settled = all(w.done or not w.local or max(w.local) >= w.height for w in self.nodes)
+                    finished_at = finished_at or time.monotonic()
+                    if settled or time.monotonic() - finished_at > EVAL_GRACE_S:
+                        break
                 if any(w.done and w.proc.returncode not in (0, None) for w in self.nodes):
                     break
                 if time.monotonic() - t0 > self.timeout_s:

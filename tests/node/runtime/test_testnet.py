@@ -51,8 +51,20 @@ def test_four_processes_commit_and_every_ledger_verifies(testnet_run: tuple[Path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rounds"] == ROUNDS and summary["all_verified"] and summary["same_head"]
     assert all("rounds re-executed" in led["verdict"] for led in summary["ledgers"]), summary["ledgers"]
-    rows = (out / "metrics.csv").read_text().splitlines()
-    assert len(rows) == 1 + ROUNDS
+    import csv  # noqa: PLC0415
+    import math  # noqa: PLC0415
+
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert len(rows) == ROUNDS
+    # each member's accuracy on its own validation split (issue 33 item 6), beside the global test accuracy: the
+    # last round is evaluated by every node before the supervisor stops them
+    local = [float(rows[-1][f"local_accuracy_n{i}"]) for i in range(4)]
+    assert all(0.0 <= a <= 1.0 for a in local), rows[-1]
+    assert math.isclose(float(rows[-1]["local_accuracy_mean"]), sum(local) / 4)
+    assert float(rows[-1]["local_accuracy_min"]) == min(local) and 0.0 <= float(rows[-1]["accuracy"]) <= 1.0
+    for i in range(4):  # and in every node's status.json
+        st = json.loads((out / "nodes" / f"node-{i}" / "data" / "status.json").read_text())
+        assert st["local_eval"]["height"] == ROUNDS and st["local_eval"]["accuracy"] == local[i], st
     assert (out / "accuracy.png").stat().st_size > 0
     heads = {_chain(out / "nodes" / f"node-{i}" / "data" / "ledger")[-1][1] for i in range(4)}
     assert len(heads) == 1
