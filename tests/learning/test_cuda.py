@@ -88,3 +88,43 @@ def test_forked_training_workers_fall_back_in_process_after_cuda_autograd():
     b = Simulation(sc, workers=0).run()
     assert forked._pool.broken, "the workers could not train after the parent's CUDA autograd"
     assert a.head_hash == b.head_hash
+
+
+def test_a_member_world_from_a_data_split_trains_and_evaluates_on_cuda(tmp_path):
+    """Issue 33 items 1, 4 and 8 on a GPU: a node's own world (``node.world.MemberWorld``), built from a ``testnet
+    init --data`` genesis and its node config on ``device = "cuda"`` (and "auto", which picks CUDA), trains a local
+    job and evaluates on its validation split; the update is the CPU world's within float32 kernel differences
+    (SGD with momentum and clipping: Adam's first steps are ``±lr`` wherever a gradient is near 0, so CPU and CUDA
+    differ there by design)."""
+    from concilium.cli import main
+    from learning import LocalData
+    from node.config import load_genesis, load_node_config
+    from node.core import TrainJob
+    from node.keys import load_key
+    from node.world import MemberTrainer, MemberWorld, resolve_device
+
+    assert main(["data", "split", "digits(image=true)", "--members", "4", "--format", "npz,csv,imagefolder",
+                 "--out", str(tmp_path / "split")]) == 0
+    (tmp_path / "cnn.toml").write_text(
+        'name = "cnn"\nseed = 0\nrounds = 3\nmembers = 4\n[protocol]\nmode = "coordinator"\nalgorithm = "fedavg"\n'
+        'committee_size = 4\nparams = { clients = 4 }\n[data]\ndataset = "digits"\npartition = "iid"\n'
+        'params = { image = true }\n[model]\nname = "small_cnn"\n[training]\nsteps = 5\nlr = 0.1\nmomentum = 0.9\n'
+        'weight_decay = 0.001\ngrad_clip = 1.0\n')
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "cnn.toml"), "--data", str(tmp_path / "split"),
+                 "--out", str(tmp_path / "net")]) == 0
+    assert resolve_device("auto", "test") == "cuda"
+    genesis = load_genesis(tmp_path / "net" / "genesis.toml")
+    deltas = {}
+    for i in range(4):
+        cfg = load_node_config(tmp_path / "net" / "nodes" / f"node-{i}" / "node.toml")
+        peer = load_key(cfg.key).peer_id
+        for dev in ("cpu", "cuda"):
+            world = MemberWorld.build(genesis, peer, LocalData.from_params(cfg.data.local_params(), "node"),
+                                      device=dev, initial_model_file=cfg.initial_model)
+            assert world.data.x.device.type == dev and world.trainer.device.type == dev
+            res = MemberTrainer(world)(TrainJob(fl_round=1, model=world.theta0, purpose="update"))
+            assert res is not None and np.isfinite(res.delta).all() and res.n_samples == len(world.data)
+            ev = world.evaluate(world.theta0 + res.delta)
+            assert ev is not None and 0.0 <= ev["accuracy"] <= 1.0 and ev["samples"] == len(world.validation)
+            deltas[(i, dev)] = res.delta
+        assert np.allclose(deltas[(i, "cpu")], deltas[(i, "cuda")], atol=1e-4), i
