@@ -120,11 +120,12 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads))
     from learning import LearningError, LocalData  # noqa: PLC0415
     from node.apps import load_pinned_app  # noqa: PLC0415
-    from node.world import MemberTrainer, MemberWorld, network_adversary, resolve_device  # noqa: PLC0415
+    from node.world import MemberTrainer, MemberWorld, check_rounds_plan, network_adversary, resolve_device  # noqa: PLC0415
 
     # the app the genesis pins: --app, or the node config's, or an installed one of that name; another is refused
     # here, at start, with both digests, before it is imported (a validator with other code could never agree)
     load_pinned_app(genesis.protocol.params, args.app or cfg.app or None, what=str(cfg.genesis))
+    check_rounds_plan(genesis, what=str(cfg.genesis))  # (after the app: its strategies are what the genesis names)
     # the node's own device (issue 33 item 4), checked here at start
     dev = resolve_device(args.device or cfg.device or "auto", "--device" if args.device else (args.config or "--device"))
     data = cfg.data
@@ -159,6 +160,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         linger_s=max(0.0, min(args.linger, 3600.0)),
         limits=limits,
         http=args.http,
+        reset_votes=args.reset_votes,
     )
     from consensus import DurableStateError  # noqa: PLC0415
 
@@ -326,6 +328,9 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--linger", type=float, default=3.0,
                     help="with --until-height: seconds to keep serving peers after it (default 3)")
     ns.add_argument("--threads", type=int_in(1, 256), default=1, help="torch threads for local training (default 1)")
+    ns.add_argument("--reset-votes", dest="reset_votes", action="store_true",
+                    help="start although the vote log (votes.bin) is missing and the ledger holds blocks: only if no "
+                         "other process runs this key")
     ns.add_argument("--http", metavar="HOST:PORT",
                     help="serve the ledger explorer, /status (JSON) and /metrics (Prometheus) on this address, "
                          "e.g. 127.0.0.1:8080 (needs pip install 'concilium[web]'; keep it on 127.0.0.1 or a "

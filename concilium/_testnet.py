@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,12 +41,13 @@ import tomli_w
 from concilium._data import read_manifest, split_to_dir
 from ledger import KeyPair, LedgerError
 from ledger.store import FileBlobStore
+from node import ConfigFileError
 from node.config import dump_genesis, write_file_atomic
 from node.keys import generate_key, save_key
-from node.world import write_initial_model
+from node.world import check_rounds_plan, write_initial_model
 from sim import Scenario, World, byzantine_indices, check_network_adversary
 
-__all__ = ["LocalTestnet", "NodeFiles", "free_ports", "read_events", "stop_processes", "write_testnet"]
+__all__ = ["LocalTestnet", "NodeFiles", "free_port_block", "free_ports", "read_events", "stop_processes", "write_testnet"]
 
 NODES_DIR = "nodes"
 DATA_DIR = "data"
@@ -117,6 +119,29 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def free_port_block(n: int, host: str = "127.0.0.1") -> int:
+    """A base port with ``base .. base + n - 1`` all free on ``host`` right now (``testnet init --base-port``
+    numbers the nodes' ports from it); tried at seeded-random bases in [20000, 60000)."""
+    import random  # noqa: PLC0415 (a port choice, not a simulation: any draw will do)
+
+    draw = random.Random(os.getpid() ^ int(time.time() * 1000))
+    for _ in range(200):
+        base = draw.randrange(20000, 60000 - n)
+        socks = []
+        try:
+            for i in range(n):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind((host, base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError(f"no {n} consecutive free ports on {host}")
+
+
 def materialize_world(out: Path, world: World) -> dict[str, Any]:
     """The scenario's partition as a split folder (``concilium._data.split_to_dir``): member ``i``'s training data
     (npz: the simulator's float32 values, bit for bit), a local validation split per member (the scenario's test
@@ -132,8 +157,60 @@ def materialize_world(out: Path, world: World) -> dict[str, Any]:
                         seed=world.scenario.seed, contract=world.contract)
 
 
-def _rel(path: Path, start: Path) -> str:
-    return os.path.relpath(path, start)
+def host_address(host: str, port: int) -> str:
+    """The multiaddr other members dial for ``host``: ``/ip4`` or ``/ip6`` for an address, ``/dns4`` for a DNS name
+    (the transport resolves it when it dials); refused with one line when it is neither."""
+    import ipaddress  # noqa: PLC0415
+
+    from node.config import check_multiaddr  # noqa: PLC0415
+
+    try:
+        ip = ipaddress.ip_address(host)
+        addr = f"/ip{ip.version}/{ip.compressed}/tcp/{port}"
+    except ValueError:
+        addr = f"/dns4/{host}/tcp/{port}"
+    check_multiaddr(addr)
+    return addr
+
+
+NODE_DATA = "dataset"
+"""A node directory's own copy of its data (``[data]``), beside its state dir ``data``: the directory is
+self-contained."""
+
+
+def _node_dir_files(d: Path, out: Path, data: Path, entry: dict[str, Any], manifest: dict[str, Any],
+                    app: Path | None) -> dict[str, Any]:
+    """Copy into node directory ``d`` what its node needs (the genesis, θ_0, its own data, the public split, the
+    app), so that ``d`` alone starts on any machine; return its config's file entries, relative to ``d``."""
+    import shutil  # noqa: PLC0415
+
+    shutil.copyfile(out / "genesis.toml", d / "genesis.toml")
+    shutil.copyfile(out / INITIAL_MODEL, d / INITIAL_MODEL)
+    mine = d / NODE_DATA
+    if mine.exists():
+        shutil.rmtree(mine)
+    src = data / entry["path"]
+    mine.mkdir()
+    files: dict[str, Any] = {"genesis": "genesis.toml", "initial_model": INITIAL_MODEL}
+    table: dict[str, Any] = {"format": entry["format"]}
+    copy = shutil.copytree if src.is_dir() else shutil.copyfile
+    copy(src, mine / src.name)
+    table["path"] = f"{NODE_DATA}/{src.name}"
+    if isinstance(entry.get("validation"), dict):
+        v = data / entry["validation"]["path"]
+        (shutil.copytree if v.is_dir() else shutil.copyfile)(v, mine / v.name)
+        table["validation"] = f"{NODE_DATA}/{v.name}"
+    if isinstance(manifest.get("public"), dict):
+        pub = data / manifest["public"]["path"]
+        (mine / "public").mkdir()
+        shutil.copyfile(pub, mine / "public" / pub.name)
+        table["public"] = f"{NODE_DATA}/public/{pub.name}"
+    if app is not None:
+        from node.apps import copy_app, load_app  # noqa: PLC0415
+
+        files["app"] = copy_app(load_app(app), d / "app")
+    files["data"] = table
+    return files
 
 
 def write_testnet(
@@ -147,12 +224,14 @@ def write_testnet(
     addrs_in_genesis: bool,
     data: Path | None = None,
     app: Path | None = None,
+    chain_id: str | None = None,
 ) -> list[NodeFiles]:
-    """Write ``genesis.toml``, ``model0.bin`` and, per node, ``nodes/node-i/{node.key,node.toml}`` under ``out``;
-    node ``i``'s ``[data]`` is ``data/member-<i>/`` of the split folder ``data`` (default: the scenario's partition,
-    materialized under ``out/data``)."""
+    """Write ``genesis.toml``, ``model0.bin`` and, per node, a self-contained ``nodes/node-i/`` under ``out``:
+    ``node.key``, ``node.toml``, copies of the genesis and θ_0, its own data under ``dataset/`` (member ``i`` of the
+    split folder ``data``; default: the scenario's partition, materialized under ``out/data``) and the app. Copy a
+    node directory alone to a machine and it starts there. ``chain_id``: another chain id than the scenario's."""
     n = len(keys)
-    addrs = [f"/ip4/{hosts[i]}/tcp/{ports[i]}" for i in range(n)]
+    addrs = [host_address(hosts[i], ports[i]) for i in range(n)]
     if data is None:
         data = out / DATA_DIR
         manifest = materialize_world(data, world)
@@ -166,7 +245,8 @@ def write_testnet(
         contract = DataContract.from_params(manifest["contract"], f"{data}/manifest.json: contract")
     sizes = [int(m["samples"]) for m in manifest["members"]]
     genesis = world.genesis_for([k.public_key for k in keys], [(a,) for a in addrs] if addrs_in_genesis else (),
-                                contract=contract, sizes=sizes)
+                                contract=contract, sizes=sizes, chain_id=chain_id)
+    check_rounds_plan(genesis, what=f"scenario {world.scenario.name!r} with {n} nodes")
     write_file_atomic(out / "genesis.toml", dump_genesis(genesis).encode(), overwrite=True)
     write_initial_model(out / INITIAL_MODEL, world.theta0)
     byzantine = set(byzantine_indices(world.scenario, genesis))
@@ -179,25 +259,20 @@ def write_testnet(
         save_key(k, d / "node.key", overwrite=True)
         files.append(NodeFiles(i, d, d / "node.toml", k.peer_id, f"{addrs[i]}/p2p/{k.peer_id}"))
     for f in files:
-        entry = manifest["members"][f.index]
-        table: dict[str, Any] = {"path": _rel(data / entry["path"], f.dir), "format": entry["format"]}
-        if isinstance(entry.get("validation"), dict):
-            table["validation"] = _rel(data / entry["validation"]["path"], f.dir)
-        if isinstance(manifest.get("public"), dict):
-            table["public"] = _rel(data / manifest["public"]["path"], f.dir)
+        own = _node_dir_files(f.dir, out, data, manifest["members"][f.index], manifest, app)
         cfg: dict[str, Any] = {
-            "genesis": "../../genesis.toml",
+            "genesis": own.pop("genesis"),
             "key": "node.key",
             "data_dir": "data",
-            "initial_model": f"../../{INITIAL_MODEL}",
+            "initial_model": own.pop("initial_model"),
             "listen": [f"/ip4/{listen_host}/tcp/{ports[f.index]}"],
             "peers": [] if addrs_in_genesis else [g.address for g in files if g.index != f.index],
         }
         if world.scenario.training.reproducible:
             cfg["reproducible"] = True
-        if app is not None:
-            cfg["app"] = _rel(app, f.dir)
-        cfg["data"] = table
+        if "app" in own:
+            cfg["app"] = own.pop("app")
+        cfg["data"] = own.pop("data")
         role: dict[str, Any] = {}
         if f.index in byzantine:
             role = {"byzantine": True, "attack": adv.attack, "data_attack": adv.data_attack,
@@ -224,38 +299,40 @@ def init_testnet(
     compose: bool = False, data: Path | None = None, app: Path | None = None,
 ) -> list[NodeFiles]:
     """``concilium testnet init``: fresh keys (or the scenario's derived ones), addresses in the genesis, and with
-    ``compose`` a ``compose.yaml`` running every node in its own container at a static address. With ``compose``
-    a split folder ``data`` outside ``out`` is copied to ``out/data`` (the containers see ``out`` only)."""
+    ``compose`` a ``compose.yaml`` running every node in its own container at a static address (each sees its own
+    self-contained node directory only)."""
     check_network_adversary(scenario)
-    if compose and data is not None and not Path(data).resolve().is_relative_to(Path(out).resolve()):
-        import shutil  # noqa: PLC0415
-
-        shutil.copytree(data, out / DATA_DIR)
-        data = out / DATA_DIR
-    world = World.build(scenario)
     n = scenario.members
+    if len(hosts) not in (1, n):
+        raise ConfigFileError(f"--host: {len(hosts)} given for {n} nodes: give one (every node on it) or one per node")
+    world = World.build(scenario)
     keys = list(world.keys) if derived_keys else [generate_key() for _ in range(n)]
     if compose:
         hosts, ports = [compose_host(i) for i in range(n)], [COMPOSE_PORT] * n
     else:
         hosts = list(hosts) if len(hosts) == n else [hosts[0]] * n
         ports = [base_port + (i if len(set(hosts)) == 1 else 0) for i in range(n)]
+    # a chain of its own: every init draws a new chain id (and fresh keys), so two networks written from one
+    # scenario never accept each other's signatures or blocks
+    chain_id = f"{scenario.name[:54]}-{secrets.token_hex(4)}" if not derived_keys else None
     files = write_testnet(out, world, keys=keys, hosts=hosts, ports=ports, listen_host="0.0.0.0",
-                          addrs_in_genesis=True, data=data, app=app)
+                          addrs_in_genesis=True, data=data, app=app, chain_id=chain_id)
     if compose:
         write_file_atomic(out / "compose.yaml", compose_file(files).encode(), overwrite=True)
     return files
 
 
 def compose_file(files: Sequence[NodeFiles]) -> str:
-    """A docker compose file for the nodes of ``files`` (written beside ``genesis.toml``): the image's entrypoint
-    ``concilium node start``, the testnet folder mounted read-only at ``/testnet``, a volume per node for its
-    data dir, static addresses, and a healthcheck on the node's status file (``concilium node status``)."""
+    """A docker compose file for the nodes of ``files`` (written beside ``genesis.toml``): the image's entrypoint,
+    each container mounting only its own (self-contained) node directory read-only at ``/node``, its key handed to
+    the image's user by the entrypoint (``CONCILIUM_KEY``), a volume per node for its state, static addresses, and
+    a healthcheck on the node's status file (``concilium node status``)."""
     lines = [
         "# Written by `concilium testnet init --compose`: one container per node, static addresses on a private",
         "# network. Build the image once from the concilium checkout (docker build -f docker/Dockerfile -t",
         "# concilium:dev .), then from this folder: docker compose up",
-        "# The key files must be readable by the image's user (uid 10001): chown 10001 nodes/*/node.key",
+        "# Each container sees only its own node directory (its key, config, genesis and data), read-only; the",
+        "# image's entrypoint copies the key for its user (uid 10001), so no chown is needed.",
         "services:",
     ]
     for f in files:
@@ -263,10 +340,11 @@ def compose_file(files: Sequence[NodeFiles]) -> str:
         lines += [
             f"  node-{i}:",
             "    image: concilium:dev",
-            f'    command: ["node", "start", "--config", "/testnet/nodes/node-{i}/node.toml", "--data-dir", "/data", '
-            '"--log-format", "json"]',
+            '    command: ["node", "start", "--config", "/node/node.toml", "--data-dir", "/data", "--log-format", "json"]',
+            "    environment:",
+            "      CONCILIUM_KEY: /node/node.key",
             "    volumes:",
-            "      - .:/testnet:ro",
+            f"      - ./{NODES_DIR}/node-{i}:/node:ro",
             f"      - node-{i}-data:/data",
             "    networks:",
             "      testnet:",

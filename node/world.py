@@ -62,6 +62,7 @@ __all__ = [
     "attack_update",
     "backdoor",
     "check_role",
+    "check_rounds_plan",
     "network_adversary",
     "poisoned_copy",
     "public_evaluator",
@@ -118,6 +119,22 @@ def public_evaluator(strategy: Strategy | None, trainer: LocalTrainer, public_da
     from learning import PublicScorer  # noqa: PLC0415 (only Sself-like runs need it)
 
     return PublicScorer.from_trainer(trainer, public_data, entropy_impl=getattr(strategy, "entropy_impl", "exact"))
+
+
+def check_rounds_plan(genesis: Genesis, *, what: str = "genesis") -> None:
+    """Refuse, with one line, a genesis whose first round cannot be planned (a committee-mode genesis asking for
+    more training clients than its non-committee members, say): what every node would otherwise find only once
+    started, each with a traceback. ``testnet init|local`` run it before writing anything, ``node start`` before it
+    joins."""
+    from consensus import CommitteeConfigError  # noqa: PLC0415
+    from ledger import ChainContext, genesis_state  # noqa: PLC0415
+    from node._rounds import RoundRules  # noqa: PLC0415
+
+    try:
+        ctx = ChainContext(genesis)
+        RoundRules(genesis, ctx=ctx).plan(genesis_state(ctx))
+    except (CommitteeConfigError, LearningError, ValueError) as e:
+        raise ConfigFileError(f"{what}: its first round cannot be planned: {e}") from None
 
 
 def member_index_of(genesis: Genesis, peer: str) -> int:

@@ -19,6 +19,8 @@ for d in /usr/include /usr/local/include /usr/include/x86_64-linux-gnu /usr/incl
 done
 [ "$gmp_found" = 1 ] || missing+=(libgmp-dev)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+# `docker-compose config` validates the compose files the tests write (no Docker engine needed)
+command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || missing+=(docker-compose)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -35,6 +37,6 @@ if command -v apt-get >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 else
-  echo "error: install ${missing[*]} (gcc, the Python headers, GMP headers, chromium) with your package manager" >&2
+  echo "error: install ${missing[*]} (gcc, the Python headers, GMP headers, chromium, docker-compose) with your package manager" >&2
   exit 1
 fi

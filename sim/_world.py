@@ -139,7 +139,7 @@ def _dataset_params(scenario: Scenario) -> dict[str, Any]:
 
 def _genesis(
     scenario: Scenario, public_keys: list[bytes], sizes: list[int], theta0: np.ndarray, plan: TrainingPlan,
-    contract: DataContract, addrs: Sequence[Sequence[str]] = (),
+    contract: DataContract, addrs: Sequence[Sequence[str]] = (), chain_id: str | None = None,
 ) -> Genesis:
     p = scenario.protocol
     params = dict(p.params)
@@ -165,7 +165,7 @@ def _genesis(
         for i, (pid, pk) in enumerate(zip(peers, public_keys))
     ]
     return Genesis(
-        chain_id=f"sim-{scenario.name}-{scenario.seed}"[:64],
+        chain_id=chain_id or f"sim-{scenario.name}-{scenario.seed}"[:64],
         genesis_time_ms=0,
         members=tuple(sorted(members, key=lambda m: m.peer_id)),
         protocol=ProtocolParams(
@@ -248,7 +248,7 @@ class World:
 
     def genesis_for(
         self, public_keys: Sequence[bytes], addrs: Sequence[Sequence[str]] = (), *, contract: DataContract | None = None,
-        sizes: Sequence[int] | None = None,
+        sizes: Sequence[int] | None = None, chain_id: str | None = None,
     ) -> Genesis:
         """This scenario's genesis with other members: member ``i`` (key ``public_keys[i]``, addresses
         ``addrs[i]``) trains on partition ``i``, or, with ``contract`` and ``sizes``, on its own data of that
@@ -258,7 +258,7 @@ class World:
         if sizes is None:
             sizes = [self.client_data.size(i) for i in range(len(self.client_data))]
         return _genesis(self.scenario, list(public_keys), list(sizes), self.theta0, self.plan,
-                        self.contract if contract is None else contract, addrs)
+                        self.contract if contract is None else contract, addrs, chain_id)
 
     def public_eval(self) -> PublicEval | None:
         """The public-split evaluator the strategy scores models with (Sself, FedAsync's entropy filter), or None

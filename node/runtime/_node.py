@@ -51,6 +51,7 @@ import trio
 from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256
 from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_ledger
 from ledger.store import StoreError
+from consensus import DurableStateError
 from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
 from node._errors import NodeError
 from node.config import STATUS_FILE, write_file_atomic
@@ -77,6 +78,8 @@ ARCHIVE_WAIT_S = 60.0
 """After the last round: how long a node that stops at a height waits for the blobs its archive still lacks."""
 LEDGER_DIR = "ledger"
 VOTE_LOG = "votes.bin"
+VOTES_CHECKED = 64
+"""Stored blocks whose commit certificates a start reads for this key's signature when ``votes.bin`` is missing."""
 
 Trainer = Callable[[TrainJob], TrainResult | None]
 """A local training job (runs in a worker thread): the update, or None if it failed (nothing is sent)."""
@@ -98,6 +101,9 @@ class NodeOptions:
     linger_s: float = 3.0
     """After ``stop_at_height``: keep serving peers this long (they may still need the last block or blobs)."""
     limits: TransportLimits = field(default_factory=TransportLimits)
+    reset_votes: bool = False
+    """Start although ``votes.bin`` is missing and the ledger holds blocks (``--reset-votes``): the operator says
+    no vote of this key can be in flight (see :meth:`NodeRuntime._check_vote_log`)."""
     http: str | None = None
     """``HOST:PORT`` to serve the ledger explorer, ``/status`` and ``/metrics`` on (``node.explorer``; needs the
     ``web`` extra), or None for no HTTP endpoint."""
@@ -245,6 +251,7 @@ class NodeRuntime:
         self.log = log if log is not None else EventLog(fmt=options.log_format)
         self._trainer = trainer
         self._tick_ms = genesis.protocol.timeouts.tick_ms
+        self._check_vote_log()
         chain = load_chain(genesis, self.data_dir, initial_model, public=public)
         self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
         self._votes = VoteLog(self.data_dir / VOTE_LOG)
@@ -435,6 +442,31 @@ class NodeRuntime:
             self._job_ready.set()
         self._height_event.set()
         self._height_event = trio.Event()
+
+    def _check_vote_log(self) -> None:
+        """Refuse to start (before anything is opened for writing) when the vote log is gone but the ledger holds
+        blocks this key signed (in the last ``VOTES_CHECKED`` commit certificates: a voter, whose log existed): the log
+        is what keeps a restarted node from signing two different votes for one (height, view), so a node that lost
+        it could equivocate without knowing; ``--reset-votes`` starts it anyway. A member that never voted (an
+        observer) has no log to lose."""
+        if self.options.reset_votes or (self.data_dir / VOTE_LOG).exists():
+            return
+        ldir = self.data_dir / LEDGER_DIR
+        if not (ldir / "chain.sqlite").exists():
+            return  # a new node
+        try:
+            store, _ = open_ledger(ldir, readonly=True, check_index=False)
+            with store:
+                height = store.height()
+                signed = any(s.signer == self.me for h in range(max(1, height - VOTES_CHECKED + 1), height + 1)
+                             for s in store.get(h).certificate.signatures)
+        except (StoreError, LedgerError, OSError):
+            return  # (load_chain says what is wrong with the ledger)
+        if signed:
+            raise DurableStateError(
+                f"{self.data_dir / VOTE_LOG}: missing, but the ledger holds {height} blocks: the vote log keeps this "
+                "node from signing two different votes for one height and view; start with --reset-votes only if no "
+                "vote of this key can be in flight (no other process runs this key)")
 
     def _stored_block(self, height: int) -> Block | None:
         if 1 <= height <= self.store.height():

@@ -764,11 +764,38 @@ class Transport:
                 await self._addresses_changed(peer)  # a new address cuts the wait short
             backoff = min(2 * backoff, self.limits.backoff_max_s)
 
+    async def _resolved(self, addrs: Sequence[multiaddr.Multiaddr]) -> list[multiaddr.Multiaddr]:
+        """``addrs`` with every ``/dns``, ``/dns4`` or ``/dns6`` host resolved to ``/ip4`` or ``/ip6`` addresses
+        (py-libp2p's TCP transport dials IP addresses only); a name that does not resolve is logged and left out."""
+        import socket  # noqa: PLC0415
+
+        out: list[multiaddr.Multiaddr] = []
+        for a in addrs:
+            parts = str(a).split("/")
+            if len(parts) < 5 or parts[1] not in ("dns", "dns4", "dns6"):
+                out.append(a)
+                continue
+            family = {"dns4": socket.AF_INET, "dns6": socket.AF_INET6}.get(parts[1], 0)
+            try:
+                infos = await trio.socket.getaddrinfo(parts[2], int(parts[4]), family=family, type=socket.SOCK_STREAM)
+            except (OSError, ValueError) as exc:
+                self._log.info("resolving %s failed: %r", a, exc)
+                continue
+            for fam, _, _, _, sockaddr in infos:
+                ip = "ip4" if fam == socket.AF_INET else "ip6"
+                m = multiaddr.Multiaddr("/".join(["", ip, str(sockaddr[0]), *parts[3:]]))
+                if str(m) not in {str(x) for x in out}:
+                    out.append(m)
+        return out
+
     async def _dial(self, peer: _Peer) -> bool:
         self._host.get_network().unblock_peer(peer.pid)  # defect 6: the negative dial cache
         with trio.move_on_after(self.limits.dial_timeout_s):
             try:
-                await self._host.connect(PeerInfo(peer.pid, list(peer.addrs)))
+                addrs = await self._resolved(peer.addrs)
+                if not addrs:
+                    return False
+                await self._host.connect(PeerInfo(peer.pid, addrs))
                 self._log.info("connected to %s", _short(peer.id))
                 return True
             except _NET_ERRORS as exc:

@@ -42,9 +42,64 @@ def test_dockerfile_copies_every_package_and_uses_the_cli_entrypoint():
     # the wheel carries the scenarios through the sim/scenarios symlink: its target must be in the image too
     link = ROOT / "sim" / "scenarios"
     assert link.is_symlink() and Path(os.readlink(link)).name in copied
-    assert 'ENTRYPOINT ["concilium"]' in text
+    assert 'ENTRYPOINT ["concilium-entrypoint"]' in text and "COPY docker/entrypoint.sh /usr/local/bin/concilium-entrypoint" in text
     assert pyproject["project"]["scripts"]["concilium"] == "concilium.cli:main"
     assert "libgmp-dev" in text and "TORCH_SPEC=torch==2.13.0" in text
+    # the CPU build of torch from an explicit CPU index (a bare torch==2.13.0 resolves to the CUDA wheel); a build
+    # argument names another index
+    assert "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in text and '--index-url "${TORCH_INDEX}"' in text
+
+
+def test_the_entrypoint_runs_concilium_as_its_user_and_hands_it_the_key(tmp_path: Path):
+    """docker/entrypoint.sh as an unprivileged user (in a user namespace here, where ``id -u`` is 65534): ``concilium``
+    with the arguments, and ``--key $CONCILIUM_KEY`` appended when set. (As root it copies the key for uid 10001,
+    which exists in the image only: the same script, its other branch; ``sh -n`` checks the whole script.)"""
+    import shutil
+    import subprocess
+    import sys
+
+    script = ROOT / "docker" / "entrypoint.sh"
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+    run = ["unshare", "--user", "sh", str(script)] if os.getuid() == 0 else ["sh", str(script)]
+    assert shutil.which(run[0]), run[0]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", HOME=str(tmp_path))
+    r = subprocess.run([*run, "node", "status", "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "no status file" in r.stderr, r.stderr  # concilium ran, with the arguments
+    env["CONCILIUM_KEY"] = str(tmp_path / "node.key")
+    r = subprocess.run([*run, "node", "status", "--data-dir", str(tmp_path)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "unrecognized arguments: --key" in r.stderr, r.stderr  # (node status takes no key)
+
+
+def _compose_binary() -> list[str]:
+    """``docker-compose`` or ``docker compose`` (make test's set-up installs Debian's docker-compose)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    raise AssertionError("no docker-compose: run make test's set-up (scripts/ensure-system-deps.sh) or install it")
+
+
+def test_compose_config_accepts_the_demo_and_a_testnet_and_refuses_a_broken_file(tmp_path: Path):
+    """``docker compose config`` (no engine needed) on docker/compose.yaml and on what ``testnet init --compose``
+    writes; the same check refuses a broken file, so it checks something."""
+    import subprocess
+
+    compose = _compose_binary()
+    assert main(["testnet", "init", "--nodes", "4", "--compose", "--out", str(tmp_path / "net")]) == 0
+    for folder, name in ((ROOT / "docker", "compose.yaml"), (tmp_path / "net", "compose.yaml")):
+        r = subprocess.run([*compose, "-f", name, "config", "-q"], cwd=folder, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, (folder, r.stderr)
+    broken = (tmp_path / "net" / "compose.yaml").read_text().replace("    image: concilium:dev", "    imagee: concilium:dev", 1)
+    (tmp_path / "net" / "broken.yaml").write_text(broken)
+    r = subprocess.run([*compose, "-f", "broken.yaml", "config", "-q"], cwd=tmp_path / "net", capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "imagee" in r.stderr, r.stderr
 
 
 # --- .dockerignore -------------------------------------------------------------------------------

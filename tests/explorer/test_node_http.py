@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from node.config import load_genesis
+
 
 @pytest.fixture(scope="module")
 def testnet(tmp_path_factory: pytest.TempPathFactory, run_cli) -> Path:  # noqa: ANN001
@@ -72,12 +74,14 @@ def test_a_running_node_serves_status_metrics_and_its_ledger(testnet: Path) -> N
         assert samples["concilium_height"] == 0 and samples["concilium_view"] == st["view"]
         assert samples["concilium_peers_connected"] == st["peers"]
         assert samples["concilium_rounds_total"] == 0 and samples["concilium_view_changes_total"] == 0
-        assert samples[f'concilium_node_info{{chain="sim-testnet-0",peer="{_peer(testnet)}",role="{st["role"]}"}}'] == 1
+        chain = load_genesis(testnet / "genesis.toml").chain_id  # (testnet init draws a chain id of its own)
+        assert chain.startswith("testnet-") and chain != "sim-testnet-0"
+        assert samples[f'concilium_node_info{{chain="{chain}",peer="{_peer(testnet)}",role="{st["role"]}"}}'] == 1
         for family in ("concilium_messages_sent_total", "concilium_dropped_inputs_total", "concilium_training_seconds_total"):
             assert f"# TYPE {family} counter" in text
         # the explorer over the node's live ledger (opened read-only beside the node's own writer)
         status, _, html = _get(url)
-        assert status == 200 and 'id="chain-id">sim-testnet-0<' in html and 'href="/metrics"' in html
+        assert status == 200 and f'id="chain-id">{chain}<' in html and 'href="/metrics"' in html
         assert json.loads(_get(url + "api/overview")[2])["height"] == 0
     finally:
         node.send_signal(signal.SIGTERM)

@@ -10,7 +10,6 @@ genesis fixes, refuses to start with one line.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from concilium._testnet import free_port_block
 from concilium.cli import main
 from learning import LocalData, dir_digest, load_local
 from node.config import load_genesis, load_node_config
@@ -104,26 +104,6 @@ lr = 0.2
 '''
 
 
-def _free_block(n: int) -> int:
-    """A base port with ``base .. base + n - 1`` free on 127.0.0.1 now (``testnet init`` numbers ports from it)."""
-    rng = np.random.default_rng()
-    for _ in range(200):
-        base = int(rng.integers(20000, 60000))
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port block")
-
-
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("split") / "digits"
@@ -156,7 +136,7 @@ def test_four_processes_train_on_their_own_data_with_an_apps_cnn(split: Path, tm
     (tmp_path / "cnn_app.py").write_text(APP)
     (tmp_path / "scenario.toml").write_text(SCENARIO)
     net = tmp_path / "net"
-    base = _free_block(4)
+    base = free_port_block(4)
     assert main(["testnet", "init", "--scenario", str(tmp_path / "scenario.toml"), "--data", str(split),
                  "--out", str(net), "--base-port", str(base)]) == 0
     genesis = load_genesis(net / "genesis.toml")
@@ -165,8 +145,8 @@ def test_four_processes_train_on_their_own_data_with_an_apps_cnn(split: Path, tm
     manifest = json.loads((split / "manifest.json").read_text())
     procs = []
     for i in range(4):
-        cfg = load_node_config(net / "nodes" / f"node-{i}" / "node.toml")
-        assert Path(cfg.data.path).resolve() == (split / manifest["members"][i]["path"]).resolve()
+        cfg = load_node_config(net / "nodes" / f"node-{i}" / "node.toml")  # its own copy of member-<i>'s data
+        assert dir_digest(cfg.data.path).hex() == manifest["members"][i]["digest"]
         log = (net / "nodes" / f"node-{i}" / "out.log").open("w")
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "concilium", "node", "start", "--config", str(net / "nodes" / f"node-{i}" / "node.toml"),
@@ -190,7 +170,9 @@ def test_four_processes_train_on_their_own_data_with_an_apps_cnn(split: Path, tm
         fmt = manifest["members"][i]
         # its own files, nobody else's: the sample count of its own directory
         assert data["samples"] == fmt["samples"] and data["validation"] == fmt["validation"]["samples"]
-        assert f"member-{i}" in data["from_train"] and data["shape"] == [1, 8, 8]
+        # (its own copy of member-<i>'s files, in its self-contained node directory: digests checked above)
+        assert Path(data["from_train"]).resolve().is_relative_to((net / "nodes" / f"node-{i}" / "dataset").resolve())
+        assert data["shape"] == [1, 8, 8]
         status = json.loads((net / "nodes" / f"node-{i}" / "data" / "status.json").read_text())
         local = status["local_eval"]
         assert local["height"] == ROUNDS and local["samples"] == fmt["validation"]["samples"]
@@ -235,7 +217,7 @@ def test_a_node_process_never_imports_the_simulator(tmp_path: Path) -> None:
     (tmp_path / "one.toml").write_text(ONE)
     net = tmp_path / "net"
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(net),
-                 "--base-port", str(_free_block(1))]) == 0
+                 "--base-port", str(free_port_block(1))]) == 0
     code = ("import sys\nfrom concilium.cli import main\n"
             f"rc = main(['node', 'start', '--config', {str(net / 'nodes' / 'node-0' / 'node.toml')!r}, "
             "'--until-height', '2', '--linger', '0'])\n"

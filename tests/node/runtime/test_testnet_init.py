@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from concilium.cli import build_parser, main
+from learning import dir_digest
 from node.config import load_genesis, load_node_config
 from node.keys import load_key
 
@@ -27,15 +28,20 @@ def test_init_writes_a_network_for_separate_machines(tmp_path: Path) -> None:
         assert stat.S_IMODE(Path(cfg.key).stat().st_mode) == 0o600
         member = next(m for m in genesis.members if m.peer_id == key.peer_id)
         assert member.addrs == (f"/ip4/{h}/tcp/4001",)  # separate hosts: the same port on each
-        # node i trains on its own materialized partition (npz), with a validation split and the genesis' θ_0
+        # node i trains on its own materialized partition (npz), with a validation split and the genesis' θ_0, all
+        # inside its own directory: the directory alone starts on a machine (test_sigterm_... below copies it alone)
+        node_dir = out / "nodes" / f"node-{i}"
         assert cfg.listen == ("/ip4/0.0.0.0/tcp/4001",) and cfg.data is not None and cfg.data.format == "npz"
-        assert Path(cfg.data.path).is_file() and Path(cfg.data.path).parent.name == f"member-{i}"
-        assert Path(cfg.data.validation).is_file() and Path(cfg.genesis).is_file() and Path(cfg.initial_model).is_file()
-    # fresh keys: a second network gets other peer ids
+        for f in (cfg.data.path, cfg.data.validation, cfg.genesis, cfg.initial_model, cfg.key):
+            assert Path(f).is_file() and Path(f).resolve().is_relative_to(node_dir.resolve()), f
+        assert dir_digest(cfg.data.path) == dir_digest(out / "data" / f"member-{i}" / "data.npz")
+        assert load_genesis(cfg.genesis).hash() == genesis.hash()
+    # fresh keys and a chain id of its own: a second network of the same scenario gets other peer ids and another
+    # chain id (so neither accepts the other's signatures)
     assert main(["testnet", "init", "--nodes", "4", "--out", str(tmp_path / "net2")]) == 0
-    assert {m.peer_id for m in load_genesis(tmp_path / "net2" / "genesis.toml").members}.isdisjoint(
-        m.peer_id for m in genesis.members
-    )
+    second = load_genesis(tmp_path / "net2" / "genesis.toml")
+    assert {m.peer_id for m in second.members}.isdisjoint(m.peer_id for m in genesis.members)
+    assert second.chain_id != genesis.chain_id and genesis.chain_id.startswith("testnet-")
 
 
 def test_compose_file_runs_valid_node_commands_at_the_genesis_addresses(tmp_path: Path) -> None:
@@ -56,12 +62,14 @@ def test_compose_file_runs_valid_node_commands_at_the_genesis_addresses(tmp_path
         assert (hargs.command, hargs.sub, hargs.data_dir) == ("node", "status", "/data")
         ip = svc["networks"]["testnet"]["ipv4_address"]
         assert ipaddress.ip_address(ip) in subnet and f"/ip4/{ip}/tcp/4001" in addrs
-        for vol in svc["volumes"]:
-            src = vol.split(":")[0]
-            assert src == "." or src in compose["volumes"], vol
-        # the config path inside the container is the testnet folder mounted at /testnet
-        cfg = out / Path(args.config).relative_to("/testnet")
-        assert load_node_config(cfg).data is not None, name
+        i = int(name.removeprefix("node-"))
+        # its own node directory only (read-only), its state in a volume of its own, the key via the entrypoint
+        assert svc["volumes"] == [f"./nodes/node-{i}:/node:ro", f"node-{i}-data:/data"], svc["volumes"]
+        assert svc["environment"] == {"CONCILIUM_KEY": "/node/node.key"} and args.config == "/node/node.toml"
+        # the config inside the container is the node directory mounted at /node: every file it names is in there
+        cfg = load_node_config(out / "nodes" / f"node-{i}" / Path(args.config).relative_to("/node"))
+        for f in (cfg.data.path, cfg.genesis, cfg.initial_model, cfg.key):
+            assert Path(f).resolve().is_relative_to((out / "nodes" / f"node-{i}").resolve()), (name, f)
     assert len({s["networks"]["testnet"]["ipv4_address"] for s in compose["services"].values()}) == 5
 
 
@@ -81,6 +89,12 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
         (["testnet", "local", "--scenario", "seed001_bounded", "--out", str(tmp_path / "t1")], "simulator-only"),
         (["testnet", "init", "--scenario", "coordinator_corrupt", "--out", str(tmp_path / "t2")], "simulator-only"),
         (["testnet", "local", "-n", "3", "--out", str(tmp_path / "t3")], "committee_size exceeds members"),
+        # a scenario that loads but whose first round cannot be planned with 4 nodes: refused before anything is written
+        (["testnet", "init", "--scenario", "committee_crash", "--nodes", "4", "--out", str(tmp_path / "t4")],
+         "cannot sample 12 training clients"),
+        (["testnet", "init", "--nodes", "4", "--host", "10.0.0.1", "--host", "10.0.0.2", "--host", "10.0.0.3",
+          "--out", str(tmp_path / "t5")], "--host: 3 given for 4 nodes"),
+        (["testnet", "init", "--nodes", "4", "--host", "bad_name!", "--out", str(tmp_path / "t6")], "not a DNS name"),
     ]
     bad_limits = out / "nodes" / "node-0" / "bad-limits.toml"
     bad_limits.write_text(cfg.read_text() + "\n[transport]\nheader_timeout_s = -1\n")
@@ -95,7 +109,7 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("concilium: error: ") and needle in err, (argv, err)
     assert not (out / "nodes" / "node-0" / "data").exists()  # nothing written by a refused start
-    assert not any((tmp_path / t).exists() for t in ("t1", "t2", "t3"))
+    assert not any((tmp_path / t).exists() for t in ("t1", "t2", "t3", "t4", "t5", "t6"))
 
 
 ONE_NODE = """
@@ -144,7 +158,11 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net"),
                  "--base-port", "0"]) == 2  # port 0 is not a port a genesis can name
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
-    node = tmp_path / "net" / "nodes" / "node-0"
+    import shutil
+
+    node = tmp_path / "elsewhere" / "node-0"  # the node directory alone, copied away from its testnet folder
+    shutil.copytree(tmp_path / "net" / "nodes" / "node-0", node)
+    shutil.rmtree(tmp_path / "net")
     with (node / "node.toml").open("a") as f:  # the node config's [transport] table reaches the transport
         f.write("\n[transport]\nheader_timeout_s = 45.0\nban_s = 7\n")
     from concilium._testnet import free_ports
@@ -177,4 +195,49 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
     ok, verdict = verify_ledger(node / "data" / "ledger")
     assert ok and "rounds re-executed" in verdict, verdict
     status = json.loads((node / "data" / "status.json").read_text())
-    assert status["stored"] >= 3 and status["chain"] == "sim-one-0"
+    assert status["stored"] >= 3 and status["chain"] == load_genesis(node / "genesis.toml").chain_id
+    # its vote log gone while its ledger holds blocks: it refuses to start (it could sign twice), and writes
+    # nothing; --reset-votes starts it
+    (node / "data" / "votes.bin").unlink()
+    before = sorted((p.relative_to(node), p.stat().st_size) for p in (node / "data").rglob("*") if p.is_file())
+    again = [sys.executable, "-m", "concilium", "node", "start", "--config", str(node / "node.toml"), "--listen",
+             f"/ip4/127.0.0.1/tcp/{port}", "--until-height", "1", "--linger", "0"]
+    r = subprocess.run(again, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "votes.bin: missing" in r.stderr, r.stderr
+    assert "--reset-votes" in r.stderr
+    assert sorted((p.relative_to(node), p.stat().st_size) for p in (node / "data").rglob("*") if p.is_file()) == before
+    r = subprocess.run([*again, "--reset-votes"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_nodes_named_by_dns_dial_each_other(tmp_path: Path) -> None:
+    """``--host localhost``: the genesis holds ``/dns4/localhost/tcp/PORT`` addresses, and the transport resolves
+    them when it dials (py-libp2p's TCP transport takes IP addresses only): 2 processes commit 2 rounds."""
+    import subprocess
+    import sys
+
+    from concilium._testnet import free_port_block
+
+    two = ONE_NODE.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
+    (tmp_path / "two.toml").write_text(two.replace("clients = 1", "clients = 2"))
+    base = free_port_block(2)
+    net = tmp_path / "net"
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "two.toml"), "--host", "localhost", "--base-port",
+                 str(base), "--out", str(net)]) == 0
+    genesis = load_genesis(net / "genesis.toml")
+    assert sorted(a for m in genesis.members for a in m.addrs) == [f"/dns4/localhost/tcp/{base + i}" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-m", "concilium", "node", "start", "--config",
+                               str(net / "nodes" / f"node-{i}" / "node.toml"), "--until-height", "2", "--linger", "3"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
+    import json
+
+    for i in range(2):
+        status = json.loads((net / "nodes" / f"node-{i}" / "data" / "status.json").read_text())
+        assert status["stored"] >= 2 and status["chain"] == genesis.chain_id, status
