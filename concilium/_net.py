@@ -125,7 +125,6 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     # the app the genesis pins: --app, or the node config's, or an installed one of that name; another is refused
     # here, at start, with both digests, before it is imported (a validator with other code could never agree)
     load_pinned_app(genesis.protocol.params, args.app or cfg.app or None, what=str(cfg.genesis))
-    check_rounds_plan(genesis, what=str(cfg.genesis))  # (after the app: its strategies are what the genesis names)
     # the node's own device (issue 33 item 4), checked here at start
     dev = resolve_device(args.device or cfg.device or "auto", "--device" if args.device else (args.config or "--device"))
     data = cfg.data
@@ -142,6 +141,8 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     trainer = MemberTrainer(world, role)
     adversary = network_adversary(genesis, key, role.faults if role is not None else (), world.rng)
     public_eval = world.public_eval()
+    # (after the app, whose strategies the genesis may name, and with the public split a strategy may score on)
+    check_rounds_plan(genesis, what=str(cfg.genesis), public=public_eval)
 
     import trio  # noqa: PLC0415
 
@@ -161,6 +162,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         limits=limits,
         http=args.http,
         reset_votes=args.reset_votes,
+        archive_wait_s=max(0.0, min(args.archive_wait, 86400.0)),
     )
     from consensus import DurableStateError  # noqa: PLC0415
 
@@ -172,6 +174,11 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     signum = trio.run(run_node, runtime)
     if signum:
         return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+    if runtime.blobs_missing:  # its ledger would fail `ledger verify`: never a success
+        print(f"concilium: error: {cfg.data_dir}: stopped at height {runtime.stored_height} with "
+              f"{runtime.blobs_missing} referenced blobs missing (no peer served them): the ledger does not verify "
+              "until they are fetched; start the node again with its peers up", file=sys.stderr)
+        return EXIT_INVALID
     return EXIT_OK
 
 
@@ -328,6 +335,9 @@ def add_parsers(sub: Any, int_in: Callable[[int, int], Callable[[str], int]], ro
     ns.add_argument("--linger", type=float, default=3.0,
                     help="with --until-height: seconds to keep serving peers after it (default 3)")
     ns.add_argument("--threads", type=int_in(1, 256), default=1, help="torch threads for local training (default 1)")
+    ns.add_argument("--archive-wait", dest="archive_wait", type=float, default=60.0,
+                    help="with --until-height: seconds to wait for referenced blobs still missing (default 60); a node "
+                         "that stops without them exits 1 (its ledger would not verify)")
     ns.add_argument("--reset-votes", dest="reset_votes", action="store_true",
                     help="start although the vote log (votes.bin) is missing and the ledger holds blocks: only if no "
                          "other process runs this key")

@@ -246,7 +246,7 @@ def write_testnet(
     sizes = [int(m["samples"]) for m in manifest["members"]]
     genesis = world.genesis_for([k.public_key for k in keys], [(a,) for a in addrs] if addrs_in_genesis else (),
                                 contract=contract, sizes=sizes, chain_id=chain_id)
-    check_rounds_plan(genesis, what=f"scenario {world.scenario.name!r} with {n} nodes")
+    check_rounds_plan(genesis, what=f"scenario {world.scenario.name!r} with {n} nodes", public=world.public_eval())
     write_file_atomic(out / "genesis.toml", dump_genesis(genesis).encode(), overwrite=True)
     write_initial_model(out / INITIAL_MODEL, world.theta0)
     byzantine = set(byzantine_indices(world.scenario, genesis))

@@ -129,6 +129,7 @@ __all__ = [
     "TrainJob",
     "TrainResult",
     "Transmit",
+    "referenced_blobs",
     "Withheld",
     "check_host_params",
     "committee_epoch_of",
@@ -291,7 +292,7 @@ class NodeStatus:
     """The most this node ever held of them at once."""
 
 
-def _referenced(payload: Payload) -> list[bytes]:
+def referenced_blobs(payload: Payload) -> list[bytes]:
     """The blobs a block references: its updates, the new model, the strategy state, and (committee mode) every
     blob its score rows name - each member's reference and every update it scored, accepted or not - so that the
     audit can recompute every row (``consensus.score_row_blobs``)."""
@@ -323,7 +324,7 @@ class _HeldBlobs(Mapping[bytes, bytes]):
         if self._held is None:
             store, payload = self._store, self._payload
             assert payload is not None
-            self._held = {d: store.get(d) for d in _referenced(payload) if store.has(d)}
+            self._held = {d: store.get(d) for d in referenced_blobs(payload) if store.has(d)}
             self._store = self._payload = None
         return self._held
 
@@ -855,6 +856,14 @@ class NodeCore:
         """Blobs this node is still fetching (the model, a strategy state, an archived round's updates)."""
         return len(self._want)
 
+    def want_blobs(self, digests: Sequence[bytes]) -> list[NodeEffect]:
+        """Want ``digests`` (blobs the host found missing or corrupt in its archive, and removed): asked of the
+        peers in turn, as every wanted blob is, until they are here (:meth:`wanted` counts them)."""
+        for d in digests:
+            if self._blob(d) is None:
+                self._want.setdefault(d, self._now)
+        return self.ask_wanted()
+
     def ask_wanted(self) -> list[NodeEffect]:
         """Ask the next peer in turn for the blobs still wanted, now (a host that stopped ticking, e.g. after the
         last round, still completes its archive); each call asks the next peer."""
@@ -1268,7 +1277,7 @@ class NodeCore:
         for d in old_round.announced:  # the blobs of announced updates the round no longer needs (an archive's below)
             self._want.pop(d, None)
         if self._archive:  # this node's ledger re-executes: it needs the blobs of the rounds it did not validate
-            for d in _referenced(block.payload):
+            for d in referenced_blobs(block.payload):
                 if d == digest and model is not None:
                     continue  # the model is in hand: the host stores it from the Decided effect
                 if not self._blobs.has(d):

@@ -121,18 +121,18 @@ def public_evaluator(strategy: Strategy | None, trainer: LocalTrainer, public_da
     return PublicScorer.from_trainer(trainer, public_data, entropy_impl=getattr(strategy, "entropy_impl", "exact"))
 
 
-def check_rounds_plan(genesis: Genesis, *, what: str = "genesis") -> None:
+def check_rounds_plan(genesis: Genesis, *, what: str = "genesis", public: PublicEval | None = None) -> None:
     """Refuse, with one line, a genesis whose first round cannot be planned (a committee-mode genesis asking for
     more training clients than its non-committee members, say): what every node would otherwise find only once
     started, each with a traceback. ``testnet init|local`` run it before writing anything, ``node start`` before it
-    joins."""
+    joins. ``public``: the public-split evaluator of a strategy that scores on one (Sself)."""
     from consensus import CommitteeConfigError  # noqa: PLC0415
     from ledger import ChainContext, genesis_state  # noqa: PLC0415
     from node._rounds import RoundRules  # noqa: PLC0415
 
     try:
         ctx = ChainContext(genesis)
-        RoundRules(genesis, ctx=ctx).plan(genesis_state(ctx))
+        RoundRules(genesis, ctx=ctx, public=public).plan(genesis_state(ctx))
     except (CommitteeConfigError, LearningError, ValueError) as e:
         raise ConfigFileError(f"{what}: its first round cannot be planned: {e}") from None
 

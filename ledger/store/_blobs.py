@@ -77,6 +77,13 @@ class FileBlobStore:
             os.close(dfd)
         return digest
 
+    def discard(self, digest: bytes) -> None:
+        """Remove the file of ``digest`` if there is one (a corrupted blob, so that ``put`` can store it again:
+        ``put`` keeps an existing file)."""
+        if self._readonly:
+            raise BlobError(f"{self.root}: opened read-only")
+        self._path(digest).unlink(missing_ok=True)
+
     def put_many(self, blobs: list[bytes]) -> list[bytes]:
         """Store several blobs with two file-system barriers instead of two fsyncs per blob.
 

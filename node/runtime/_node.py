@@ -58,7 +58,7 @@ from node.config import STATUS_FILE, write_file_atomic
 from node.adversary import NodeAdversary
 from node._rounds import RoundHistory, RoundRules
 from node._wire import Envelope, decode_envelope
-from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit
+from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit, referenced_blobs
 from node.runtime._frames import FrameError
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
@@ -74,8 +74,10 @@ DECODES_MAX = 2
 FETCHES_MAX = 4
 """Blob fetches in flight at once (each holds at most one blob of ``data_frame_max`` bytes)."""
 ARCHIVE_RETRY_TICKS = 5
-ARCHIVE_WAIT_S = 60.0
-"""After the last round: how long a node that stops at a height waits for the blobs its archive still lacks."""
+SCRUB_EVERY_S = 600.0
+"""Between two background scrubs of a node's archive (:meth:`NodeRuntime._scrub`); the first runs at start."""
+WAITING_LOG_S = 5.0
+"""While a stopping node still lacks blobs: how often it logs what it waits for."""
 LEDGER_DIR = "ledger"
 VOTE_LOG = "votes.bin"
 VOTES_CHECKED = 64
@@ -101,6 +103,8 @@ class NodeOptions:
     linger_s: float = 3.0
     """After ``stop_at_height``: keep serving peers this long (they may still need the last block or blobs)."""
     limits: TransportLimits = field(default_factory=TransportLimits)
+    archive_wait_s: float = 60.0
+    """After ``stop_at_height``: how long to wait for the blobs the archive still lacks (``--archive-wait``)."""
     reset_votes: bool = False
     """Start although ``votes.bin`` is missing and the ledger holds blocks (``--reset-votes``): the operator says
     no vote of this key can be in flight (see :meth:`NodeRuntime._check_vote_log`)."""
@@ -291,6 +295,10 @@ class NodeRuntime:
         self.train_failures = 0
         self.train_seconds = 0.0
         self.rounds = 0  # blocks this process stored (decided or synced): /metrics
+        self.blobs_missing = 0
+        """Referenced blobs still missing when the node stopped at its height (> 0: ``node start`` exits 1)."""
+        self.scrubs = {"checked": 0, "missing": 0, "corrupt": 0}
+        """What the archive scrubs found (the last scrub's counts)."""
         self._eval_height = 0  # the newest stored height whose model this member has not yet evaluated locally
         self.local_eval: dict[str, Any] | None = None
         """The last committed model's accuracy and loss on this member's own validation split (issue 33 item 6)."""
@@ -468,6 +476,44 @@ class NodeRuntime:
                 "node from signing two different votes for one height and view; start with --reset-votes only if no "
                 "vote of this key can be in flight (no other process runs this key)")
 
+    def _check_blobs(self, digests: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """``(missing, corrupt)`` among ``digests`` (a worker thread: file reads and hashes only)."""
+        missing, corrupt = [], []
+        for d in digests:
+            if not self.blobs.has(d):
+                missing.append(d)
+                continue
+            try:
+                self.blobs.get(d)  # (re-hashes: a file whose bytes changed does not match its name)
+            except (StoreError, LedgerError, OSError):
+                corrupt.append(d)
+        return missing, corrupt
+
+    async def _scrub(self) -> None:
+        """Check that every blob the stored blocks reference is here and matches its digest; remove a corrupt one
+        and want every missing one from the peers (the core asks them in turn), saying so. The blocks are read here
+        (the store's connection belongs to this thread), the blobs hashed in a worker thread."""
+        seen: dict[bytes, None] = {}
+        for h in range(1, self.store.height() + 1):
+            for d in referenced_blobs(self.store.get(h).payload):
+                seen.setdefault(d, None)
+        digests = list(seen)
+        missing, corrupt = await trio.to_thread.run_sync(self._check_blobs, digests)
+        for d in corrupt:
+            self.blobs.discard(d)
+        self.scrubs = {"checked": len(digests), "missing": len(missing), "corrupt": len(corrupt)}
+        if missing or corrupt:
+            self.log("scrub", level="warning", **self.scrubs, refetching=len(missing) + len(corrupt),
+                     first=(missing + corrupt)[0].hex()[:16])
+            self._execute(self.core.want_blobs(missing + corrupt))
+        else:
+            self.log("scrub", level="debug", **self.scrubs)
+
+    async def _scrubbing(self) -> None:
+        while True:
+            await self._scrub()
+            await trio.sleep(SCRUB_EVERY_S)
+
     def _stored_block(self, height: int) -> Block | None:
         if 1 <= height <= self.store.height():
             try:
@@ -587,6 +633,7 @@ class NodeRuntime:
             "view_changes": self.view_changes,
             "evidence": self.evidence,
             "fetched": self.fetched,
+            "scrub": dict(self.scrubs),
             **({"local_eval": dict(self.local_eval)} if self.local_eval is not None else {}),
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
@@ -665,11 +712,23 @@ class NodeRuntime:
                 nursery.start_soon(self._clock)
                 nursery.start_soon(self._training)
                 nursery.start_soon(self._status)
+                await self._scrub()  # the archive as the disk holds it: what is missing or corrupt is fetched again
+                nursery.start_soon(self._scrubbing)
                 await self.wait_height(self.last_height)
-                with trio.move_on_after(ARCHIVE_WAIT_S if self.options.stop_at_height is not None else 0):
+                await self._scrub()
+                with trio.move_on_after(self.options.archive_wait_s if self.options.stop_at_height is not None else 0):
+                    waited = 0.0
                     while self.core.wanted():  # every referenced blob on disk: the ledger re-executes
                         await trio.sleep(0.1)
-                self.log("done", height=self.stored_height, blobs_missing=self.core.wanted())
+                        waited += 0.1
+                        if waited >= WAITING_LOG_S:
+                            waited = 0.0
+                            self.log("waiting", level="warning", blobs_missing=self.core.wanted(),
+                                     peers=len(self.transport.connected()),
+                                     why="no peer connected" if not self.transport.connected() else "asking peers")
+                self.blobs_missing = self.core.wanted()
+                self.log("done", height=self.stored_height, blobs_missing=self.blobs_missing,
+                         level="error" if self.blobs_missing else "info")
                 if self.options.stop_at_height is not None:
                     await trio.sleep(self.options.linger_s)
                     nursery.cancel_scope.cancel()

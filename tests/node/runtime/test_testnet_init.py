@@ -241,3 +241,66 @@ def test_nodes_named_by_dns_dial_each_other(tmp_path: Path) -> None:
     for i in range(2):
         status = json.loads((net / "nodes" / f"node-{i}" / "data" / "status.json").read_text())
         assert status["stored"] >= 2 and status["chain"] == genesis.chain_id, status
+
+
+def test_a_node_refetches_a_deleted_or_corrupted_blob_and_never_exits_0_without_it(tmp_path: Path) -> None:
+    """Issue 34 item 4: at start a node scrubs its archive. Two nodes commit 3 rounds; node 0 stops; one update blob
+    of its ledger is deleted and another corrupted. Alone (its peer gone), it logs what it waits for and exits 1
+    (its ledger would fail verify); with its peer up, it fetches both again, exits 0, and its ledger verifies."""
+    import json
+    import subprocess
+    import sys
+
+    from concilium._testnet import free_port_block
+    from ledger.store import open_ledger
+    from sim import verify_ledger
+
+    two = ONE_NODE.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
+    (tmp_path / "two.toml").write_text(two.replace("clients = 1", "clients = 2"))
+    net = tmp_path / "net"
+    assert main(["testnet", "init", "--scenario", str(tmp_path / "two.toml"), "--base-port", str(free_port_block(2)),
+                 "--out", str(net)]) == 0
+
+    def start(i: int, *extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "concilium", "node", "start", "--config",
+                                 str(net / "nodes" / f"node-{i}" / "node.toml"), "--log-format", "json",
+                                 "--until-height", "3", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    peer = start(1, "--linger", "90")
+    try:
+        first = start(0, "--linger", "1")
+        assert first.wait(timeout=120) == 0, first.stderr.read()[-2000:]
+        ledger = net / "nodes" / "node-0" / "data" / "ledger"
+        store, blobs = open_ledger(ledger, readonly=True)
+        with store:
+            gone, bad = [u.digest for u in store.get(2).payload.updates][:2]
+        path = lambda d: ledger / "blobs" / d.hex()[:2] / d.hex()[2:]  # noqa: E731
+        path(gone).unlink()
+        path(bad).write_bytes(b"not the blob")
+        assert not verify_ledger(ledger)[0]
+
+        peer.terminate()
+        peer.wait(timeout=60)
+        alone = start(0, "--linger", "0", "--archive-wait", "6")
+        out, err = alone.communicate(timeout=120)
+        events = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        scrub = next(e for e in events if e["event"] == "scrub")
+        assert scrub["missing"] == 1 and scrub["corrupt"] == 1 and scrub["refetching"] == 2, scrub
+        assert any(e["event"] == "waiting" and e["why"] == "no peer connected" for e in events), [e["event"] for e in events]
+        done = next(e for e in events if e["event"] == "done")
+        assert done["blobs_missing"] == 2 and alone.returncode == 1, (done, alone.returncode)
+        assert err.count("\n") == 1 and "2 referenced blobs missing" in err, err
+
+        peer = start(1, "--linger", "90")  # its peer back (it has every blob)
+        again = start(0, "--linger", "1")
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err[-2000:]
+        done = next(json.loads(x) for x in out.splitlines() if x.startswith("{") and '"done"' in x)
+        assert done["blobs_missing"] == 0
+        ok, verdict = verify_ledger(ledger)
+        assert ok and "rounds re-executed" in verdict, verdict
+    finally:
+        for p in (peer,):
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=60)
