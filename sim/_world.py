@@ -13,7 +13,6 @@ The genesis pins the scenario's training plan and its data contract (``node.worl
 from __future__ import annotations
 
 from collections import OrderedDict
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
