@@ -715,7 +715,6 @@ class NodeRuntime:
                 await self._scrub()  # the archive as the disk holds it: what is missing or corrupt is fetched again
                 nursery.start_soon(self._scrubbing)
                 await self.wait_height(self.last_height)
-                await self._scrub()
                 with trio.move_on_after(self.options.archive_wait_s if self.options.stop_at_height is not None else 0):
                     waited = 0.0
                     while self.core.wanted():  # every referenced blob on disk: the ledger re-executes

@@ -23,13 +23,7 @@ from learning.training import LocalTrainer, LocalTrainingConfig
 SPEC = MLPSpec(in_features=64, hidden=(64, 32), num_classes=10, init="he")  # seed_002 §6.1: 64-64-32-10, He
 
 
-@pytest.fixture(autouse=True)
-def _deterministic():
-    torch.set_num_threads(1)
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
+pytestmark = pytest.mark.usefixtures("deterministic_torch")  # (tests/learning/conftest.py)
 
 
 @pytest.fixture(scope="module")

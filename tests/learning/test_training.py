@@ -16,13 +16,7 @@ from learning.data import IIDPartition, partition_dataset
 from learning.training import LocalTrainer, LocalTrainingConfig, evaluate, resolve_device, train_local
 
 
-@pytest.fixture(autouse=True)
-def _deterministic():
-    torch.set_num_threads(1)
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
+pytestmark = pytest.mark.usefixtures("deterministic_torch")  # (tests/learning/conftest.py)
 
 
 @pytest.fixture(scope="module")

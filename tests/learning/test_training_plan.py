@@ -26,13 +26,7 @@ SPEC = MLPSpec(in_features=64, hidden=(32,), num_classes=10)
 LOOP = "test_plan_torch_sgd"
 
 
-@pytest.fixture(autouse=True)
-def _deterministic():
-    torch.set_num_threads(1)
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(before)
+pytestmark = pytest.mark.usefixtures("deterministic_torch")  # (tests/learning/conftest.py)
 
 
 @pytest.fixture(scope="module")
