@@ -75,10 +75,11 @@ def _node_inputs(args: argparse.Namespace) -> Any:
 
 def cmd_node_start(args: argparse.Namespace) -> int:
     from node import ConfigFileError  # noqa: PLC0415
-    from node.config import load_genesis  # noqa: PLC0415
+    from node.config import check_listen, load_genesis  # noqa: PLC0415
     from node.keys import load_key  # noqa: PLC0415
 
     cfg = _node_inputs(args)
+    check_listen(cfg.listen)  # (again in the runtime, before it creates anything: here it fails before the imports)
     if args.http is not None:  # checked before anything heavy starts: the extra is there, the address can listen
         from node.explorer import bind, parse_listen, require_web  # noqa: PLC0415
 
@@ -103,10 +104,15 @@ def cmd_node_start(args: argparse.Namespace) -> int:
             raise ConfigFileError(f"--peer {a}: {pid} is not a member of chain {genesis.chain_id}")
         peers.setdefault(pid, []).append(a)
     peers.pop(key.peer_id, None)
+    from consensus import DurableStateError  # noqa: PLC0415
     from node.config import record_from_toml  # noqa: PLC0415
-    from node.runtime import TransportLimits  # noqa: PLC0415
+    from node.runtime import TransportLimits, check_data_dir  # noqa: PLC0415
 
     limits = record_from_toml(TransportLimits, dict(cfg.transport or {}), source=f"{args.config or 'node config'}: transport")
+    try:  # (again in the runtime, before it creates anything: here it fails before the imports)
+        check_data_dir(Path(cfg.data_dir), genesis, key.peer_id, reset_votes=args.reset_votes)
+    except DurableStateError as e:
+        raise ConfigFileError(f"{cfg.data_dir}: {e}") from None
     rerun = rerun_reproducible(args, cfg.reproducible)
     if rerun is not None:
         return rerun
@@ -164,8 +170,6 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         reset_votes=args.reset_votes,
         archive_wait_s=max(0.0, min(args.archive_wait, 86400.0)),
     )
-    from consensus import DurableStateError  # noqa: PLC0415
-
     try:
         runtime = NodeRuntime(genesis=genesis, key=key, data_dir=cfg.data_dir, initial_model=world.theta0,
                               trainer=trainer, options=options, log=log, adversary=adversary, public=public_eval)

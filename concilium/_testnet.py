@@ -26,7 +26,6 @@ import math
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ import numpy as np
 import tomli_w
 
 from concilium._data import read_manifest, split_to_dir
+from concilium.ports import free_port_block, free_ports
 from ledger import KeyPair, LedgerError
 from ledger.store import FileBlobStore
 from node import ConfigFileError
@@ -103,43 +103,6 @@ def stop_processes(procs: Sequence[subprocess.Popen[Any]], *, grace_s: float = 1
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` TCP ports free on ``host`` right now (bound to port 0 together, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port_block(n: int, host: str = "127.0.0.1") -> int:
-    """A base port with ``base .. base + n - 1`` all free on ``host`` right now (``testnet init --base-port``
-    numbers the nodes' ports from it); tried at seeded-random bases in [20000, 60000)."""
-    import random  # noqa: PLC0415 (a port choice, not a simulation: any draw will do)
-
-    draw = random.Random(os.getpid() ^ int(time.time() * 1000))
-    for _ in range(200):
-        base = draw.randrange(20000, 60000 - n)
-        socks = []
-        try:
-            for i in range(n):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((host, base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise OSError(f"no {n} consecutive free ports on {host}")
 
 
 def materialize_world(out: Path, world: World) -> dict[str, Any]:

@@ -75,7 +75,16 @@ from consensus._messages import (
     parse_proposal,
     vote_message,
 )
-from consensus._replica import DURABLE_BYTES_MAX, Phase, Refusal, Replica, ReplicaConfig, ReplicaStatus, Validator
+from consensus._replica import (
+    DURABLE_BYTES_MAX,
+    Pending,
+    Phase,
+    Refusal,
+    Replica,
+    ReplicaConfig,
+    ReplicaStatus,
+    Validator,
+)
 from consensus._risk import (
     BYZANTINE_FRACTION_DEFAULT,
     RISK_BUDGET_DEFAULT,
@@ -127,6 +136,7 @@ __all__ = [
     "ForgedScoreRow",
     "LocalProtocolError",
     "Message",
+    "Pending",
     "Phase",
     "Proposal",
     "Refusal",

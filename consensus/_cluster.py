@@ -26,7 +26,8 @@ honest committee members, ``b`` = Byzantine members of that committee), the cert
 verify (``ledger.apply_block``; blocks decided in a later view than proposed with
 :func:`consensus.verify_decided_block` until the ledger accepts them), heights contiguous, and every
 evidence is valid (``ledger.check_evidence``) and names a Byzantine member (an ``invalid_proposal``
-claim against an honest primary may come only from a ``disagree`` replica), and no honest member ever
+claim against an honest primary may come only from a ``disagree`` replica, or with ``late_inputs`` from one
+whose inputs did not come within the view's timer), and no honest member ever
 sends two different signed messages for one (kind, height, view), across restarts too (checked as they
 are sent: the equivocation evidence of the replicas catches only the pairs that reach one of them within
 the height). A violation raises :class:`InvariantViolation` whose message starts with the line that
@@ -65,6 +66,7 @@ from ledger import (
 
 from consensus._certify import verify_decided_block
 from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._replica import Pending
 from consensus._messages import (
     KIND_COMMIT,
     KIND_NEW_VIEW,
@@ -214,6 +216,11 @@ class Cluster:
         many ticks moves to a committee re-drawn from every member; a block of such an attempt names that committee
         as the next one (unless ``rotate``). 0: never; None (the default): the genesis default (7,500 ticks with
         the default timeouts: no sweep runs that long).
+    late_inputs:
+        Ticks after an honest member first judges a proposal before its host holds the proposal's inputs (a node's
+        update blobs on their way from the trainers, which a pre-prepare may overtake): until then its ``validate``
+        says :class:`consensus.Pending`, and after every tick the cluster calls :meth:`Replica.judge_again` on a
+        replica that waits, as a node does when a blob arrives. 0 (the default): inputs are always at hand.
     """
 
     def __init__(
@@ -233,6 +240,7 @@ class Cluster:
         check: bool = True,
         resume: bool = True,
         redraw_ticks: int | None = None,
+        late_inputs: int = 0,
     ) -> None:
         byzantine = dict(byzantine or {})
         n = size if members is None else members
@@ -248,6 +256,7 @@ class Cluster:
             "epoch": epoch,
             "resume": resume,
             "redraw_ticks": redraw_ticks,
+            "late_inputs": late_inputs,
         }
         self.seed = seed
         self.rng = SplitMix64(seed)
@@ -260,6 +269,10 @@ class Cluster:
         self.byzantine = {self.peers[i]: _Byzantine(b) for i, b in sorted(byzantine.items())}
         self.honest = tuple(p for p in self.peers if p not in self.byzantine)
         self.disagree = frozenset(self.peers[i] for i in disagree)
+        if late_inputs < 0:
+            raise ValueError(f"late_inputs must be >= 0, got {late_inputs}")
+        self.late_inputs = late_inputs
+        self._judged: dict[tuple[str, int, bytes], int] = {}  # (member, height, block hash) -> tick first judged
         self.genesis = Genesis(
             chain_id=CHAIN_ID,
             genesis_time_ms=0,
@@ -359,11 +372,15 @@ class Cluster:
             record={"proposer": proposer, "view": view},
         )
 
-    def _validator(self, peer: str) -> Callable[[Proposal], str | None]:
-        def validate(p: Proposal) -> str | None:
+    def _validator(self, peer: str) -> Callable[[Proposal], str | Pending | None]:
+        def validate(p: Proposal) -> str | Pending | None:
             st = self.replicas[peer].chain_state
             if len(self.chains[peer]) != st.height:  # a host judges with its own state: it must be current
                 self._fail(f"{peer} was asked to validate height {p.header.height} before it applied block {st.height}")
+            if self.late_inputs and p.header.proposer != peer:  # (a primary holds what it built its proposal from)
+                first = self._judged.setdefault((peer, p.header.height, p.block_hash), self.now)
+                if self.now < first + self.late_inputs:
+                    return Pending("update blobs on their way")
             reason = None
             if peer in self.disagree:
                 reason = "cannot re-execute (update blobs missing)"
@@ -401,6 +418,8 @@ class Cluster:
         for p in self.peers:
             if p not in self.crashed:
                 self._apply(p, self.replicas[p].tick())
+                if self.replicas[p].waiting is not None:  # (late_inputs) the host got them, or judges again
+                    self._apply(p, self.replicas[p].judge_again())
                 b = self.byzantine.get(p)
                 if b is not None and b.behaviour == "replay" and b.history and self.rng.chance(0.3):
                     data = b.history[self.rng.randrange(len(b.history))]
@@ -780,6 +799,8 @@ class Cluster:
         if block.height != len(chain) + 1:
             self._fail(f"{peer} decided height {block.height} after {len(chain)} (heights not contiguous)")
         chain.append(block)
+        if self._judged:
+            self._judged = {k: t for k, t in self._judged.items() if k[0] != peer or k[1] > block.height}
 
     def check_invariants(self) -> None:
         """Agreement, validity, certificates, contiguity and evidence, over everything new since last time."""
@@ -791,7 +812,8 @@ class Cluster:
         for p, ev in self.evidence[self._evidence_checked :]:
             # Equivocation is proof; an invalid-proposal report is a claim re-execution settles, and
             # only a replica that cannot re-execute (``disagree``) may make it against an honest primary.
-            if ev.offender not in self.byzantine and not (ev.kind == "invalid_proposal" and p in self.disagree):
+            if ev.offender not in self.byzantine and not (ev.kind == "invalid_proposal"
+                                                          and (p in self.disagree or self.late_inputs)):
                 self._fail(f"{p} reported {ev.kind} evidence against honest {ev.offender}: {ev.reason}")
             try:
                 check_evidence(self.ctx, ev.height, ev)

@@ -14,7 +14,11 @@ Normal case, at height ``h`` in view ``v``:
    previous block, and the injected ``validate(proposal)`` (the node's re-execution of scoring,
    selection, election, aggregation) returns ``None`` - broadcasts PREPARE [§4.2; CCP step 5]. One that
    refuses records why, reports the signed proposal, and starts a view change at once (DESIGN.md,
-   coordinator mode step 4).
+   coordinator mode step 4). One whose host lacks an input to judge it (``validate`` returns
+   :class:`Pending`: an update blob still on its way, the previous model) waits, as a pBFT backup waits
+   for a request sent apart from its pre-prepare [Castro & Liskov, TOCS 2002: separate request
+   transmission]: its host calls :meth:`Replica.judge_again` once the input is here, and the view's timer
+   bounds the wait (at its expiry the proposal is refused as above).
 3. With the pre-prepare and ``q`` matching votes a replica is *prepared* and broadcasts COMMIT [§4.3].
 4. ``q`` COMMITs of one view for one block hash are a certificate: the block is decided and emitted as
    ``Commit(block)`` [§4.3; CCP step 6].
@@ -140,6 +144,7 @@ from consensus._messages import (
 __all__ = [
     "DURABLE_BYTES_MAX",
     "DurableStateError",
+    "Pending",
     "Phase",
     "Refusal",
     "Replica",
@@ -148,8 +153,19 @@ __all__ = [
     "Validator",
 ]
 
-Validator = Callable[[Proposal], "str | None"]
-"""``validate(proposal) -> None`` if the replica agrees, else the reason it refuses. Must be deterministic."""
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A verdict not reached yet: the host lacks an input to judge the proposal (``reason``: which). The replica
+    neither votes nor refuses; it judges the proposal again when its host calls :meth:`Replica.judge_again`, and
+    refuses it with ``reason`` if the view's timer expires first."""
+
+    reason: str
+
+
+Validator = Callable[[Proposal], "str | Pending | None"]
+"""``validate(proposal) -> None`` if the replica agrees, the reason it refuses, or :class:`Pending` while the host
+lacks an input to judge it. Must be deterministic (given the host's inputs)."""
 
 REASON_BYTES_MAX = 1024
 _NEVER = 1 << 62  # a deadline that is not armed
@@ -190,6 +206,9 @@ class ReplicaConfig:
     timeout_ticks_sync: int = 100
     timeout_ticks_retransmit: int = 25
     """While stuck in a phase, re-send this view's own messages to the members that have not answered."""
+    redraw_extra_ticks: int = 0
+    """Added to the genesis' ``redraw_ticks`` (when it has any): the wire time a host adds to the default re-draw
+    delay, which it derives from timeouts that leave the wire out (``node._deadlines``)."""
     backoff_exponent_max: int = 4
     view_window: int = 32
     """Messages for views beyond ``view + view_window`` are dropped."""
@@ -220,6 +239,8 @@ class ReplicaConfig:
         for name in ("timeout_ticks_propose", "timeout_ticks_prepare", "timeout_ticks_commit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.redraw_extra_ticks < 0:
+            raise ValueError("redraw_extra_ticks must be >= 0")
         for name in ("timeout_ticks_view_change", "timeout_ticks_sync", "timeout_ticks_retransmit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -302,7 +323,7 @@ class _HeightLog:
     dataclass with default factories: every member of a simulation makes one per height."""
 
     __slots__ = ("accepted", "proposals", "verdicts", "prepares", "commits", "prepared", "view_changes",
-                 "new_view_sent", "sent", "bodies", "evidence")
+                 "new_view_sent", "sent", "bodies", "evidence", "waiting")
 
     def __init__(self) -> None:
         self.accepted: dict[int, PrePrepare] = {}  # view -> accepted pre-prepare
@@ -316,6 +337,7 @@ class _HeightLog:
         self.sent: dict[tuple[str, int], Message] = {}  # own (kind, view) -> message
         self.bodies: dict[tuple[str, str, int], SignedMessage] = {}  # equivocation registry
         self.evidence: set[tuple[str, str, int]] = set()
+        self.waiting: tuple[PrePrepare, Pending] | None = None  # a pre-prepare of the view awaiting its verdict
 
 
 @dataclass(slots=True)
@@ -482,7 +504,8 @@ class Replica:
         self._durable_key: tuple[int, int, int] | None = None
         self._durable_version = 0
         self._view_change_on_start = False  # restored: sign the VIEW-CHANGE in start(), not in __init__
-        self._redraw = ctx.redraw_ticks  # ticks per committee attempt at one height (0: never re-draw)
+        # ticks per committee attempt at one height (0: never re-draw)
+        self._redraw = ctx.redraw_ticks + self._cfg.redraw_extra_ticks if ctx.redraw_ticks else 0
         self._attempt = 0
         self._height_since = 0  # the tick this replica entered its height
         self._later: dict[int, set[str]] = {}  # attempt -> members of its committee heard from in it (this height)
@@ -536,10 +559,38 @@ class Replica:
                     self._ask_sync(fx)
                 case Phase.VIEW_CHANGE:  # pBFT §4.5.2: a quorum moved, no NEW-VIEW in time: next view, 2T
                     self._start_view_change(self._view + 1, fx)
+                case Phase.PROPOSE if self._log.waiting is not None:  # the input never came: refuse (step 2 above)
+                    pp, pending = self._log.waiting
+                    self._log.waiting = None
+                    self._refuse(pp, pending.reason, fx)
                 case _:  # pBFT §4.4: the view's timer expired before the block was decided
                     self._start_view_change(self._view + 1, fx)
         self._drain(fx)
         return fx
+
+    def judge_again(self) -> list[Effect]:
+        """The host now holds the input a :class:`Pending` verdict lacked: validate the waiting pre-prepare of this
+        view again (PREPARE, a refusal, or still waiting). Nothing happens without one (:attr:`waiting`)."""
+        fx = self.start()
+        self._paused = False
+        waiting = self._log.waiting
+        if waiting is not None:
+            self._log.waiting = None
+            assert (waiting[0].signed.view, self._phase) == (self._view, Phase.PROPOSE), (waiting[0].signed.view,
+                                                                                          self._view, self._phase)
+            self._accept(waiting[0], fx, validate=True)
+        self._drain(fx)
+        return fx
+
+    @property
+    def waiting(self) -> Proposal | None:
+        """The proposal of this view whose verdict is :class:`Pending` (see :meth:`judge_again`), or None."""
+        waiting = self._log.waiting
+        if waiting is None:
+            return None
+        pp = waiting[0]
+        assert pp.payload is not None
+        return Proposal(pp.header, pp.payload)
 
     def idle_ticks(self) -> int:
         """How many of the next ticks certainly do nothing but count: an observer (outside the height's
@@ -761,7 +812,9 @@ class Replica:
         if any, so the new primary re-proposes the highest one a quorum of the new committee holds; it sends that
         VIEW-CHANGE to the previous committee as well, whose members that decided the height answer with the block
         (a replica past a height serves a view change of it: :meth:`_on_message`). A replica outside the new
-        committee observes. Safety across attempts rests on that answer arriving (docs/sampling.md)."""
+        committee observes (a lazy one without a role at the height sleeps, as at a height it has no role at) after
+        it shows the new committee the height with the last message it signed there. Safety across attempts rests
+        on that answer arriving (docs/sampling.md)."""
         assert attempt > self._attempt, (attempt, self._attempt)
         previous = self._committee
         self._attempt = attempt
@@ -774,7 +827,11 @@ class Replica:
         else:
             self._view = view
             self._phase = Phase.OBSERVE
+            self._log.waiting = None
             self._deadline = self._now + self._cfg.timeout_ticks_sync
+            needs = self._needs_payload
+            if self._lazy and not self._behind() and needs is not None and not needs(self._state):
+                self._deadline = _NEVER  # a lazy observer without a role here sleeps, as at a height (_enter_height)
             # the new committee's members may sleep (lazy members without a role at their height): the last message
             # this replica signed at this height shows them the height, and they catch up to it (a later height wakes
             # a lazy replica), then enter the attempt on their own timer or on f + 1 of its members' messages
@@ -1066,7 +1123,11 @@ class Replica:
         if self._h != h:  # a certificate for it was already here: decided
             return
         if validate:
+            self._log.waiting = None
             reason = self._check_header(pp.header, pp.payload) or self._verdict(bh, proposal)
+            if isinstance(reason, Pending):  # the host lacks an input: wait for it, within the view's timer
+                self._log.waiting = (pp, reason)
+                return
             if reason is not None:
                 self._refuse(pp, reason, fx)
                 return
@@ -1223,6 +1284,7 @@ class Replica:
         assert view > self._view, (view, self._view)
         self._view = view
         self._phase = Phase.VIEW_CHANGE
+        self._log.waiting = None  # (a proposal of an earlier view)
         self._deadline = _NEVER  # armed once a quorum has left the earlier views (_arm_view_change)
         prepared = self._log.prepared
         proof, payload = prepared if prepared is not None else (None, None)
@@ -1665,10 +1727,13 @@ class Replica:
                 return f"next committee names non-member {p!r:.60}"
         return None
 
-    def _verdict(self, bh: bytes, proposal: Proposal) -> str | None:
-        if bh not in self._log.verdicts:
-            self._log.verdicts[bh] = self._validate(proposal)
-        return self._log.verdicts[bh]
+    def _verdict(self, bh: bytes, proposal: Proposal) -> str | Pending | None:
+        if bh in self._log.verdicts:
+            return self._log.verdicts[bh]
+        verdict = self._validate(proposal)
+        if not isinstance(verdict, Pending):  # (a pending one is asked again)
+            self._log.verdicts[bh] = verdict
+        return verdict
 
 
 def _highest_prepared(vcs: Sequence[ViewChange]) -> PreparedProof | None:

@@ -87,6 +87,7 @@ from ledger._types import (
     TIME_DRIFT_MS_DEFAULT,
     TIME_MS_MAX,
     REDRAW_TICKS_KEY,
+    REDRAW_TIMEOUTS_DEFAULT,
     Timeouts,
     UpdateCommitment,
     redraw_ticks_of,
@@ -96,6 +97,7 @@ from ledger._types import (
 __all__ = [
     "ATTEMPT_VIEWS",
     "REDRAW_TICKS_KEY",
+    "REDRAW_TIMEOUTS_DEFAULT",
     "attempt_of",
     "redraw_ticks_of",
     "redrawn_committee",

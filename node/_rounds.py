@@ -80,6 +80,7 @@ from learning import (
     strategy_from_params,
     vector_to_blob,
 )
+from node._deadlines import link_mbit_of
 
 __all__ = [
     "COMMITTEE_EPOCH_KEY",
@@ -220,7 +221,9 @@ def n_samples_cap_of(params: Mapping[str, Any]) -> int:
 
 def check_host_params(params: Mapping[str, Any], *, mode: str) -> None:
     """Check every reserved host key of a ``protocol.params`` (:func:`sampling_seed_of`, :func:`sampling_rule_of`,
-    :func:`committee_epoch_of`, :func:`n_samples_cap_of`); raises :class:`ConfigError` for the first bad one."""
+    :func:`committee_epoch_of`, :func:`n_samples_cap_of`, ``node._deadlines.link_mbit_of``); raises
+    :class:`ConfigError` for the first bad one."""
+    link_mbit_of(params)
     sampling_seed_of(params, mode=mode)
     sampling_rule_of(params)
     committee_epoch_of(params, mode=mode)

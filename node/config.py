@@ -22,6 +22,7 @@ import math
 import os
 import re
 import secrets
+import socket
 import stat
 import tomllib
 import types
@@ -41,6 +42,7 @@ __all__ = [
     "FaultConfig",
     "NodeConfig",
     "NodeDataConfig",
+    "check_listen",
     "check_multiaddr",
     "dump_genesis",
     "load_genesis",
@@ -306,6 +308,37 @@ def check_multiaddr(addr: str, *, peer_id: str | None = None) -> None:
         Multiaddr(addr)
     except Exception as e:  # noqa: BLE001 - the package raises several types, all "not a multiaddr"
         raise ValueError(f"{addr!r:.80}: not a multiaddr ({str(e).splitlines()[0][:100]})") from None
+
+
+def tcp_endpoint(addr: str) -> tuple[socket.AddressFamily, str, int] | None:
+    """``(family, host, port)`` of an ``/ip4|ip6/HOST/tcp/PORT[/...]`` multiaddr (the host normalized), else None."""
+    parts = addr.split("/")
+    if len(parts) < 5 or parts[0] or parts[1] not in ("ip4", "ip6") or parts[3] != "tcp" or not parts[4].isdigit():
+        return None
+    try:
+        host = str(ipaddress.ip_address(parts[2]))
+    except ValueError:
+        return None
+    return (socket.AF_INET if parts[1] == "ip4" else socket.AF_INET6), host, int(parts[4])
+
+
+def check_listen(addrs: typing.Iterable[str]) -> None:
+    """Raise :class:`ConfigFileError` unless this host can listen on every TCP address of ``addrs`` with a fixed port:
+    each is bound (``SO_REUSEADDR``, as trio's listeners) and released at once, so that ``node start`` refuses an
+    address in use or not on this host before it creates or opens anything for writing (issue 34 item 4). A race
+    with another process remains; the runtime checks again what its transport listens on."""
+    for addr in addrs:
+        ep = tcp_endpoint(addr)
+        if ep is None or ep[2] == 0:
+            continue
+        family, host, port = ep
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            if os.name != "nt":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as e:
+                raise ConfigFileError(f"listen {addr}: cannot listen ({e.strerror or e})") from None
 
 
 def dump_genesis(genesis: Genesis) -> str:

@@ -55,6 +55,7 @@ from consensus import (
     ForgedScoreRow,
     LocalProtocolError,
     Message,
+    Pending,
     Proposal,
     RemoteProtocolError,
     Replica,
@@ -102,6 +103,7 @@ from ledger import (
 )
 from ledger.store import MemoryBlobStore
 from learning import ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
+from node._deadlines import RoundDeadlines
 from node._rounds import (
     RoundHistory,
     RoundPlan,
@@ -388,13 +390,15 @@ class NodeCore:
     state:
         Chain state to resume from (default: the genesis).
     replica_config:
-        pBFT timeouts/bounds (default: from the genesis timeouts).
+        pBFT timeouts/bounds (default: ``node._deadlines.RoundDeadlines``: the genesis timeouts plus the wire time
+        of the round's blobs at the genesis' ``link_mbit``).
     ctx:
         A chain context to share (e.g. one with a signature memo shared by the nodes of a simulation,
         so a signature is checked once per process); default: a private one.
     collect_ticks:
         Ticks after a round starts at which committee members score the updates they have and the
-        primary proposes with the rows/updates it has (default: ``timeout_ticks_train``).
+        primary proposes with the rows/updates it has (default: ``timeout_ticks_train`` plus the wire time of the
+        round's blobs, ``node._deadlines.RoundDeadlines.collect_ticks``).
     public:
         The host's public-split evaluator, for strategies that score models on one (Sself).
     decoder:
@@ -515,7 +519,12 @@ class NodeCore:
         self._model: np.ndarray | None = None if model_missing else model
         self._history = history if history is not None else self._rules.new_history()
         self._timeouts = genesis.protocol.timeouts
-        self._collect = collect_ticks if collect_ticks is not None else self._timeouts.timeout_ticks_train
+        upload_dim = self._rules.upload_dim(model.shape[0])  # an update's blob is as long as a vector of it is
+        self._update_blob_len = len(model_blob) if upload_dim == model.shape[0] else len(
+            vector_to_blob(np.zeros(upload_dim, dtype=np.float32)))
+        self._deadlines = RoundDeadlines.for_round(
+            genesis, self._rules.plan(self._state, self._history), blob_bytes=max(len(model_blob), self._update_blob_len))
+        self._collect = collect_ticks if collect_ticks is not None else self._deadlines.collect_ticks
         self._grace = max(1, self._timeouts.timeout_ticks_propose // 4)
         """Ticks a row or an update commitment sent to a primary is given to reach it (and the blob to be fetched)
         before this validator may refuse a proposal for leaving it out (:meth:`_omission_counts`)."""
@@ -542,9 +551,6 @@ class NodeCore:
         self._unsolicited_bytes = 0
         self._unsolicited_peak = 0
         self._unsolicited_peer_max = max(UNSOLICITED_PEER_BYTES_MIN, 4 * len(model_blob))
-        upload_dim = self._rules.upload_dim(model.shape[0])  # an update's blob is as long as a vector of it is
-        self._update_blob_len = len(model_blob) if upload_dim == model.shape[0] else len(
-            vector_to_blob(np.zeros(upload_dim, dtype=np.float32)))
         self._want: dict[bytes, int] = {}  # digest -> tick last asked
         self._want_skew = 0  # extra turns of the asking rotation (ask_wanted without ticks)
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
@@ -579,7 +585,8 @@ class NodeCore:
             follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
                       "lazy": self._lazy, "committee_epoch": self._rules.committee_epoch}
         self._replica = Replica(
-            ctx=self._ctx, key=key, state=self._state, validate=self._validate, config=replica_config, **restore,
+            ctx=self._ctx, key=key, state=self._state, validate=self._validate,
+            config=replica_config if replica_config is not None else self._deadlines.replica_config(), **restore,
             **follow,
         )
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
@@ -832,6 +839,11 @@ class NodeCore:
         return self._replica
 
     @property
+    def staleness(self) -> int:
+        """Rounds an update may lag and still count (a semi-synchronous strategy's window; 0: this round's only)."""
+        return self._rules.staleness
+
+    @property
     def lazy(self) -> bool:
         """Does ``lazy_outsiders`` apply to this node (it was asked for, and the genesis allows it: coordinator mode,
         no staleness window, not ``models_for_all``)? The same for every node of one configuration."""
@@ -900,6 +912,9 @@ class NodeCore:
     def _progress(self) -> None:
         if self._rejudge:
             self._rejudge_refused()
+        waiting = self._replica.waiting
+        if waiting is not None and self._inputs_here(waiting):  # (the verdict was Pending: _judge)
+            self._apply_replica(self._replica.judge_again())
         self._tell_new_primary()
         self._maybe_score()
         self._maybe_nudge()
@@ -1047,7 +1062,7 @@ class NodeCore:
 
     # --- validation (pBFT's validate callback) ----------------------------------------------------
 
-    def _validate(self, proposal: Proposal) -> str | None:
+    def _validate(self, proposal: Proposal) -> str | Pending | None:
         if self._behavior.accepts_everything:
             return None
         reason, provable = self._judge(proposal)
@@ -1058,15 +1073,18 @@ class NodeCore:
                 self._unprovable.add((hd.height, hd.view, hd.proposer))
         return reason
 
-    def _judge(self, proposal: Proposal) -> tuple[str | None, bool]:
-        """``(why the proposal is refused or None, whether that proves the proposer faulty)``.
+    def _judge(self, proposal: Proposal) -> tuple[str | Pending | None, bool]:
+        """``(why the proposal is refused or None, whether that proves the proposer faulty)``; the reason is
+        ``Pending`` (not provable) while this validator lacks an input, the previous model or a blob, which it
+        fetches: the replica waits for it within the view's timer (:meth:`_progress` judges again once it is here),
+        as an update on its way from its trainer may arrive after the proposal that includes it.
 
         Provable: the proposal is wrong whatever this validator holds (a forged row, a wrong aggregate of
         updates it has, an evidence claim that does not hold). Not provable: this validator lacks an input
         (the previous model, a blob), suspects censorship of an update the proposer may not have, cannot
         confirm an ``invalid_proposal`` evidence item, or finds the block time beyond its own clock's drift (either
-        way); such a refusal still votes for a view change, but it never becomes evidence, so an honest proposer is
-        never accused.
+        way); such a refusal (for a missing input: when the view's timer expires) still votes for a view change, but
+        it never becomes evidence, so an honest proposer is never accused.
         """
         payload = proposal.payload
         if proposal.header.height != self._round.plan.height:  # (the replica waits for the commit: not expected)
@@ -1078,7 +1096,7 @@ class NodeCore:
             return (f"block time {proposal.header.time_ms} is more than tick_ms + time_drift_ms "
                     f"({latest - clock} ms) from this validator's clock {clock}"), False
         if self._model is None:
-            return "this validator does not have the previous model yet", False
+            return Pending("this validator does not have the previous model yet"), False
         if proposal.header.view >= ATTEMPT_VIEWS:  # a re-drawn committee's block: the skip (issue 31 item 2)
             if not self._state.model_digest:
                 return "this validator followed the previous block by its header: it cannot build the skip", False
@@ -1119,7 +1137,9 @@ class NodeCore:
             missing = [u.digest for u in payload.updates if not self._blobs.has(u.digest)]
             for d in missing:
                 self._want_blob(d, ask=proposal.header.proposer)
-            return reason, not missing and not self._algo_state_missing
+            if missing or self._algo_state_missing:
+                return Pending(reason), False
+            return reason, True
         assert model is not None and blob is not None
         self._remember_validated(payload.model_digest, model, blob, new_state)
         return None, True
@@ -1427,6 +1447,11 @@ class NodeCore:
                 self._dropped["early update over the buffer bound"] += 1
             return
         if c.fl_round != h and not self._stale_ok(peer, c.fl_round, h):
+            if c.fl_round < h and c.digest in self._want:
+                # an update of a decided block that this node decided by its certificate, pushed by its trainer
+                # before the block: a blob it wants (its archive, or to rebuild the model), so no fetch is needed
+                self._on_blobs(sender, (packet.blob,))  # (kept only if its hash is the wanted digest)
+                return
             self._dropped["update for another round"] += 1
             return
         if (c.fl_round == h and peer not in r.plan.trainers) or self._me not in r.plan.committee:
@@ -1559,7 +1584,7 @@ class NodeCore:
             if proposal is None or key[0] != self._round.plan.height:
                 del self._rejudge[key]
                 continue
-            if self._model is None or any(not self._blobs.has(u.digest) for u in proposal.payload.updates):
+            if not self._inputs_here(proposal):
                 continue
             del self._rejudge[key]  # judged once more, whatever it says
             reason, provable = self._judge(proposal)
@@ -1570,6 +1595,12 @@ class NodeCore:
                 self._confirmed.add(proposal_evidence_key(ev))
                 self._add_evidence(ev)
                 self._relay_refused(ev)
+
+    def _inputs_here(self, proposal: Proposal) -> bool:
+        """Does this node hold what judging ``proposal`` reads: the previous model, the strategy state, the update
+        blobs?"""
+        return (self._model is not None and not self._algo_state_missing
+                and all(self._blobs.has(u.digest) for u in proposal.payload.updates))
 
     def _primary_now(self) -> tuple[int, str] | None:
         """``(view, primary)`` of the view this validator's replica is in at this height, or None (not a validator

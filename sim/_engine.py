@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from consensus import LocalProtocolError, ReplicaConfig, score_row_blobs
+from consensus import LocalProtocolError, score_row_blobs
 from ledger import (
+    ATTEMPT_VIEWS,
     Block,
     BlockHeader,
     ChainContext,
@@ -85,6 +86,8 @@ __all__ = ["LivenessError", "RoundMetrics", "SimResult", "Simulation"]
 _LATENCY_ROWS_KEPT = 256
 """Senders whose row of link latencies stays drawn (see ``Simulation._latency_ms``)."""
 _GC_YOUNG_THRESHOLD = 100_000
+_IDLE_FOREVER = 1 << 61
+"""Idle ticks of a replica with no timer armed (``consensus.Replica.idle_ticks``: about 2^62)."""
 
 
 @contextlib.contextmanager
@@ -227,7 +230,8 @@ class _Members(Mapping[str, NodeCore]):
     """Every member's node core by peer id, each made when first asked for (``make(pid)``).
 
     A member in ``deferred`` is one whose node would do nothing from the genesis until a message wakes it: a
-    lazy member (``NodeCore.lazy``) with no role at height 1 (``NodeCore.dormant``). Its node is made at its first
+    lazy member (``NodeCore.lazy``) with no role at height 1 (``NodeCore.dormant``), and not on the committee
+    re-drawn for height 1 (whose re-draw timer it keeps: ``consensus.Replica``). Its node is made at its first
     input, in the very state it would have slept in since the start (the genesis; :meth:`_Sleepers.wake` then skips
     its clock to the ticks so far), so making it late changes no outcome; it is checked where it is made
     (``start()`` gives no effect and the node is dormant) and refused otherwise. A member that never gets a role
@@ -251,8 +255,9 @@ class _Members(Mapping[str, NodeCore]):
             node = self._made[pid] = self._make(pid)
             if pid in self.deferred:
                 fx = node.start()
-                if fx or not node.dormant():
-                    raise LocalProtocolError(f"member {pid} was deferred but acts at the genesis: {fx!r:.200}")
+                if fx or not node.dormant() or node.idle_ticks() < _IDLE_FOREVER:
+                    raise LocalProtocolError(f"member {pid} was deferred but acts at the genesis or on a timer "
+                                             f"({node.idle_ticks()} idle ticks): {fx!r:.200}")
         return node
 
     def __contains__(self, pid: object) -> bool:
@@ -444,7 +449,6 @@ class Simulation:
         self._decoder = EnvelopeDecoder(memo_bytes=64 << 20)
         rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
         state0 = genesis_state(ctx)
-        replica_config = ReplicaConfig.from_timeouts(self.genesis.protocol.timeouts)
         theta0_blob = vector_to_blob(self.theta0)  # one copy in every node's blob store (a store keeps the first)
 
         def blob_store() -> MemoryBlobStore:
@@ -459,8 +463,7 @@ class Simulation:
                 initial_model=self.theta0,
                 blobs=blob_store(),
                 behavior=_Adversary(self, pid),
-                replica_config=replica_config,
-                ctx=ctx,
+                ctx=ctx,  # (the replica's timeouts: node._deadlines, from the genesis and the model size)
                 public=self.public_eval,
                 decoder=self._decoder,
                 rules=rules,
@@ -475,7 +478,8 @@ class Simulation:
         # made then (_Members). Not under a fault plan, where no member sleeps (see _loop).
         if self.nodes[self.peers[0]].lazy and not self.fault_plan:
             first = rules.plan(state0, rules.new_history()).participants
-            self.nodes.deferred = frozenset(self.peers) - first - {self.peers[0]}
+            redrawn = ctx.view_committee(state0, 1, ATTEMPT_VIEWS) if ctx.redraw_ticks else ()  # (a re-draw timer)
+            self.nodes.deferred = frozenset(self.peers) - first - set(redrawn) - {self.peers[0]}
         with _rare_collections():
             for pid in self.peers:
                 if pid not in self.nodes.deferred:

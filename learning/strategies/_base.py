@@ -235,7 +235,7 @@ def register_strategy(name: str) -> Callable[[type[_S]], type[_S]]:
 
 HOST_PARAM_KEYS: frozenset[str] = frozenset(
     {"sampling_seed", "sampling_rule", "committee_epoch", "n_samples_cap", "time_drift_ms", "redraw_ticks", "app",
-     "training", "data"}
+     "training", "data", "link_mbit"}
 )
 """Reserved ``protocol.params`` keys that the host's round rules (or the chain) read, never a strategy:
 ``sampling_seed`` (``node._rounds.RoundRules``: experiment-seeded client sampling), ``sampling_rule`` (how members
@@ -243,7 +243,8 @@ are drawn), ``committee_epoch`` (heights per committee in coordinator mode), ``n
 sample counts, :func:`cap_sample_counts`), ``time_drift_ms`` (``ledger.ProtocolParams.time_drift_ms``: how far
 from a validator's clock a block time may be), ``redraw_ticks`` (``ledger.ProtocolParams.redraw_ticks``: when a
 height's committee is re-drawn), ``app`` (``node.apps``: the pinned app's name and digest), ``training`` and ``data``
-(``node.world``: the agreed training plan and the data contract every member's data must fit).
+(``node.world``: the agreed training plan and the data contract every member's data must fit), ``link_mbit``
+(``node._deadlines``: the link rate the round deadlines plan for).
 :func:`strategy_from_params` strips them before the strategy sees its parameters, so a strategy's own parameter
 check never meets them; a strategy must not use these names."""
 

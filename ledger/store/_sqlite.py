@@ -144,10 +144,11 @@ class SqliteBlockStore:
 
     @staticmethod
     def _connect(
-        path: Path, readonly: bool, ours: bool = False
+        path: Path, readonly: bool, ours: bool = False, copy_wal: bool = False
     ) -> tuple[sqlite3.Connection, tempfile.TemporaryDirectory[str] | None, str | None]:
         """``(connection, private copy or None, warning or None)``; see the module docstring for the read-only
-        cases. ``ours``: the header already identifies a concilium ledger (for the error on failure)."""
+        cases. ``ours``: the header already identifies a concilium ledger (for the error on failure); ``copy_wal``:
+        read a file with a ``-wal`` beside it from a private copy, even when its ``-shm`` is there too."""
         scratch: tempfile.TemporaryDirectory[str] | None = None
         warning = None
         try:
@@ -156,7 +157,7 @@ class SqliteBlockStore:
             else:
                 wal, shm, journal = (Path(f"{path}{s}") for s in ("-wal", "-shm", "-journal"))
                 conn = None
-                if wal.exists() and shm.exists() and not journal.exists():
+                if wal.exists() and shm.exists() and not journal.exists() and not copy_wal:
                     conn = sqlite3.connect(_uri(path, "mode=ro"), uri=True, isolation_level=None)
                     try:
                         conn.execute("PRAGMA schema_version").fetchone()  # opens the WAL now, not at the first read
@@ -240,21 +241,27 @@ class SqliteBlockStore:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, readonly: bool = False, check_index: bool = True
+        cls, path: str | os.PathLike[str], *, readonly: bool = False, check_index: bool = True, copy_wal: bool = False
     ) -> SqliteBlockStore:
         """Open an existing store; checks the schema version, the genesis and the chain invariants.
 
         ``check_index=False`` (read-only audits only) skips the index link check so that the auditor,
         which re-derives everything from the block bytes and compares the index columns with them,
         can name the first bad height itself.
+
+        ``copy_wal=True`` (read-only only): a file with a ``-wal`` beside it (a writer that crashed, or one still
+        running) is read from a private copy, so that not even the ``-shm`` in place changes, which a read-only
+        connection in place may rewrite (its WAL index): a node's start that may still fail reads its ledger so.
         """
         if not check_index and not readonly:
             raise ValueError("check_index=False is only for read-only audits")
+        if copy_wal and not readonly:
+            raise ValueError("copy_wal=True is only for read-only opens")
         p = Path(path)
         if not p.is_file():
             raise StoreError(f"{p}: no such ledger file")
         ours = _is_ours(_header(p))
-        conn, scratch, warning = cls._connect(p, readonly=readonly, ours=ours)
+        conn, scratch, warning = cls._connect(p, readonly=readonly, ours=ours, copy_wal=copy_wal)
         try:
             try:
                 (app_id,) = conn.execute("PRAGMA application_id").fetchone()
@@ -352,6 +359,11 @@ class SqliteBlockStore:
         return _row_fault(height, bytes(row[0]), bytes(row[1]), bytes(row[2]))[1]
 
     # --- BlockStore ---------------------------------------------------------------------------
+
+    @property
+    def readonly(self) -> bool:
+        """Opened with ``readonly=True``: :meth:`append` refuses, and nothing beside the ledger is created."""
+        return self._readonly
 
     def genesis(self) -> Genesis:
         return self._genesis

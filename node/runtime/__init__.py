@@ -5,10 +5,12 @@ wall-clock ticks, runs local training off the event loop, and keeps the node's s
 directory (DESIGN.md, "The network runtime").
 """
 
-from node.runtime._node import LEDGER_DIR, STATUS_FILE, VOTE_LOG, EventLog, NodeOptions, NodeRuntime, run_node
+from node.runtime._node import (
+    LEDGER_DIR, STATUS_FILE, VOTE_LOG, EventLog, NodeOptions, NodeRuntime, check_data_dir, run_node,
+)
 from node.runtime._transport import Transport, TransportLimits
 
 __all__ = [
     "LEDGER_DIR", "STATUS_FILE", "VOTE_LOG", "EventLog", "NodeOptions", "NodeRuntime", "Transport", "TransportLimits",
-    "run_node",
+    "check_data_dir", "run_node",
 ]

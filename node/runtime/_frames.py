@@ -9,18 +9,22 @@ payload under ``read_base_s + size / read_bytes_per_s_min``. Each way a frame ca
 
 from __future__ import annotations
 
+import ctypes
 import io
 import struct
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
 import trio
 from libp2p.exceptions import BaseLibp2pError
 
-__all__ = ["HEADER_BYTES", "LENGTH_MAX", "FrameError", "FrameStream", "encode_header", "read_frame"]
+__all__ = ["HEADER_BYTES", "LENGTH_MAX", "FrameError", "FrameStream", "blank_buffer", "encode_header", "read_frame"]
 
 HEADER_BYTES = 4
 LENGTH_MAX = (1 << 32) - 1
+JOIN_MAX = 8 << 20
+"""Payloads up to this size are joined from their chunks; larger ones are assembled in place (:func:`_read_exactly`)."""
 _HEADER = struct.Struct(">I")
 # what a libp2p stream raises when it stops delivering bytes; anything else is a bug and propagates
 _STREAM_ENDED = (BaseLibp2pError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -59,9 +63,51 @@ def encode_header(size: int) -> bytes:
     return _HEADER.pack(size)
 
 
+def blank_buffer(size: int) -> io.BytesIO:
+    """A buffer of ``size`` zero bytes to fill with ``write`` (in order) and hand out with ``getvalue()``, no copy.
+
+    ``bytes(size)`` is zero pages not yet touched (calloc), and the buffer holds the only reference, so CPython
+    writes into that object in place, and ``getvalue()`` returns the same object once it is full: an object of
+    ``size`` bytes is assembled with one copy of each piece and held once (a ``bytearray`` would be zero-filled
+    first and copied into ``bytes`` at the end; joining a list of pieces would hold it twice at the end).
+    From :data:`HUGE_PAGES_MIN` bytes on, its memory is advised to the kernel as huge pages (:func:`_advise_huge`)."""
+    blank = bytes(size)
+    if size >= HUGE_PAGES_MIN:
+        _advise_huge(blank)
+    return io.BytesIO(blank)
+
+
+HUGE_PAGES_MIN = 8 << 20
+_HUGE = 1 << 21
+_madvise: Callable[[int, int, int], int] | None = None
+_MADV_HUGEPAGE = 14
+
+
+def _advise_huge(blank: bytes) -> None:
+    """``madvise(MADV_HUGEPAGE)`` on the 2 MiB-aligned inside of ``blank``'s bytes, before they are touched: filling a
+    50 MB frame then takes 25 page faults instead of 12,000 (measured: 3-5 ms instead of 21-29 ms). Advice only: the
+    bytes are the same either way, and where it is unavailable (not Linux or not CPython, THP off) nothing happens."""
+    global _madvise
+    if _madvise is None:
+        if sys.platform != "linux" or sys.implementation.name != "cpython":
+            _madvise = lambda addr, length, advice: -1  # noqa: E731
+        else:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _madvise = libc.madvise
+    start = id(blank) + _BYTES_HEADER  # CPython: a bytes object's data follows its header, in the same allocation
+    first, last = -(-start // _HUGE) * _HUGE, (start + len(blank)) // _HUGE * _HUGE
+    if last > first:
+        _madvise(first, last - first, _MADV_HUGEPAGE)
+
+
+_BYTES_HEADER = sys.getsizeof(b"") - 1  # offset of a bytes object's data from its address (its trailing NUL aside)
+
+
 async def _read_exactly(stream: FrameStream, n: int) -> bytes:
-    """``n`` bytes; a large payload comes in many chunks, copied one by one into a buffer of its size, so reading a
-    frame holds its size once (joining a list of chunks would hold it twice at the end: the chunks and the join)."""
+    """``n`` bytes. They come in many chunks: up to :data:`JOIN_MAX` the chunks are joined (one copy); above it each is
+    copied into a :func:`blank_buffer` as it comes, so a large frame is held once, never twice (chunks and join)."""
+    chunks: list[bytes] = []
     buf: io.BytesIO | None = None
     remaining = n
     while remaining:
@@ -73,15 +119,16 @@ async def _read_exactly(stream: FrameStream, n: int) -> bytes:
             raise _EndOfStream(n - remaining)
         if len(chunk) > remaining:  # never seen; a library change must not desynchronise the framing
             raise _EndOfStream(n - remaining)
-        if remaining == n and len(chunk) == n:
+        if len(chunk) == n:
             return chunk
-        if buf is None:
-            # bytes(n) is zero pages not yet touched (calloc); the only reference is the buffer's, so CPython writes
-            # the chunks in place and getvalue() hands the same object out, no copy
-            buf = io.BytesIO(bytes(n))
-        buf.write(chunk)
+        if n <= JOIN_MAX:
+            chunks.append(chunk)
+        else:
+            if buf is None:
+                buf = blank_buffer(n)
+            buf.write(chunk)
         remaining -= len(chunk)
-    return buf.getvalue() if buf is not None else b""
+    return buf.getvalue() if buf is not None else b"".join(chunks)
 
 
 async def read_frame(

@@ -24,6 +24,11 @@ The core decides; this module only executes its effects (DESIGN.md, "The network
   re-execution: these blocks were checked when they were decided) to its head state and model (fetched from
   peers if its blob had not arrived), restores its replica from the vote log, and rejoins;
   blocks decided meanwhile arrive through the replica's sync (``SendBlocks``, served from peers' stores).
+* **A failed start** (a listen address in use, a vote log missing or corrupt, a ledger of another chain, ...)
+  leaves the data dir as it found it (issue 34 item 4): the checks that only read come first
+  (:func:`check_data_dir`, :func:`node.config.check_listen`), an existing ledger is opened read-only (its journal
+  mode and ``-wal``/``-shm`` untouched) until the transport listens, and what the start created before ``started``
+  (a new ledger, the data dir itself) is removed again if it fails (:class:`_StartUndo`).
 
 Logs: one line per event, human-readable or JSON lines (``log_format="json"``: ``{"ts", "level", "event",
 ...}``), and a status line every ``status_every_s`` seconds (height, view, role, peers, last block, dropped
@@ -34,9 +39,11 @@ store closed cleanly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -49,12 +56,12 @@ import numpy as np
 import trio
 
 from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256
-from ledger.store import FileBlobStore, SqliteBlockStore, create_ledger, open_ledger
-from ledger.store import StoreError
+from ledger.store import BLOBS_DIR, CHAIN_FILE, FileBlobStore, SqliteBlockStore, StoreError, create_ledger
 from consensus import DurableStateError
 from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
-from node._errors import NodeError
-from node.config import STATUS_FILE, write_file_atomic
+from node._deadlines import read_rate_floor
+from node._errors import ConfigFileError, NodeError
+from node.config import STATUS_FILE, check_listen, tcp_endpoint, write_file_atomic
 from node.adversary import NodeAdversary
 from node._rounds import RoundHistory, RoundRules
 from node._wire import Envelope, decode_envelope
@@ -63,7 +70,7 @@ from node.runtime._frames import FrameError
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
 
-__all__ = ["NodeOptions", "NodeRuntime", "Trainer", "run_node"]
+__all__ = ["NodeOptions", "NodeRuntime", "Trainer", "check_data_dir", "run_node"]
 
 CATCH_UP_TICKS_MAX = 50
 DECODE_INLINE_BYTES = 256 << 10
@@ -107,7 +114,7 @@ class NodeOptions:
     """After ``stop_at_height``: how long to wait for the blobs the archive still lacks (``--archive-wait``)."""
     reset_votes: bool = False
     """Start although ``votes.bin`` is missing and the ledger holds blocks (``--reset-votes``): the operator says
-    no vote of this key can be in flight (see :meth:`NodeRuntime._check_vote_log`)."""
+    no vote of this key can be in flight (see :func:`check_data_dir`)."""
     http: str | None = None
     """``HOST:PORT`` to serve the ledger explorer, ``/status`` and ``/metrics`` on (``node.explorer``; needs the
     ``web`` extra), or None for no HTTP endpoint."""
@@ -177,8 +184,15 @@ class StoredChain:
     """The staleness window of a semi-synchronous strategy, as the live node had it (None: none is kept)."""
 
 
-def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, public: PublicEval | None = None) -> StoredChain:
+def load_chain(
+    genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, public: PublicEval | None = None,
+    write_later: bool = False,
+) -> StoredChain:
     """Open (or create) the node's ledger in ``data_dir`` and replay it to its head.
+
+    ``write_later``: open an existing ledger read-only (its file stays as it is, journal mode included, until the
+    caller reopens it for writing: :meth:`NodeRuntime._open_for_writing`, once its start can no longer fail); a
+    missing one is created all the same.
 
     For a semi-synchronous strategy (FedAsync, Sself: ``max_staleness`` > 0) the replay also rebuilds the
     round history the core keeps (who trained at each recent height, the models those rounds started from,
@@ -189,11 +203,14 @@ def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, p
     g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
     if sha256(g_blob) != genesis.model.digest:
         raise ValueError("the initial model does not match the genesis model digest")
-    if (ldir / "chain.sqlite").exists():
-        store, blobs = open_ledger(ldir)
-        if store.genesis().hash() != genesis.hash():
+    if (ldir / CHAIN_FILE).exists():
+        store = SqliteBlockStore.open(ldir / CHAIN_FILE, readonly=write_later, copy_wal=write_later)
+        blobs = FileBlobStore(ldir / BLOBS_DIR)
+        try:
+            _check_chain(store, genesis)
+        except StoreError:
             store.close()
-            raise StoreError(f"{ldir}: holds the ledger of another chain ({store.genesis().chain_id}); use another data dir")
+            raise
     else:
         store, blobs = create_ledger(ldir, genesis)
     blobs.put(g_blob)
@@ -225,6 +242,45 @@ def load_chain(genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, p
     return StoredChain(store, blobs, state, model, history)
 
 
+def check_data_dir(data_dir: Path, genesis: Genesis, peer: str, *, reset_votes: bool = False) -> bytes | None:
+    """The checks of a node's data dir that only read it, before its start creates or opens anything for writing;
+    returns the vote log's record (None: no vote log). ``node start`` runs them before its heavy imports too.
+
+    * The vote log reads (:class:`VoteLogError` if torn or corrupt).
+    * The ledger, if there is one, is this chain's (:class:`StoreError`; :func:`load_chain` checks the rest).
+    * Refuse (:class:`DurableStateError`) when the vote log is gone but the ledger holds blocks ``peer`` signed (in
+      the last ``VOTES_CHECKED`` commit certificates: a voter, whose log existed): the log is what keeps a restarted
+      node from signing two different votes for one (height, view), so a node that lost it could equivocate without
+      knowing; ``reset_votes`` (``--reset-votes``) starts it anyway. A member that never voted (an observer) has no
+      log to lose."""
+    record = VoteLog(data_dir / VOTE_LOG).load()
+    chain = data_dir / LEDGER_DIR / CHAIN_FILE
+    if not chain.exists():
+        return record  # a new node
+    with SqliteBlockStore.open(chain, readonly=True, check_index=False, copy_wal=True) as store:
+        _check_chain(store, genesis)
+        if record is not None or reset_votes:
+            return record
+        height = store.height()
+        try:
+            signed = any(s.signer == peer for h in range(max(1, height - VOTES_CHECKED + 1), height + 1)
+                         for s in store.get(h).certificate.signatures)
+        except (StoreError, LedgerError):
+            return record  # (load_chain says what is wrong with the ledger)
+    if signed:
+        raise DurableStateError(
+            f"{data_dir / VOTE_LOG}: missing, but the ledger holds {height} blocks: the vote log keeps this node from "
+            "signing two different votes for one height and view; start with --reset-votes only if no vote of this "
+            "key can be in flight (no other process runs this key)")
+    return record
+
+
+def _check_chain(store: SqliteBlockStore, genesis: Genesis) -> None:
+    if store.genesis().hash() != genesis.hash():
+        raise StoreError(f"{store.path.parent}: holds the ledger of another chain ({store.genesis().chain_id}); use "
+                         "another data dir")
+
+
 class NodeRuntime:
     """One node (see the module docstring). Build it, then ``await runtime.run()`` inside trio."""
 
@@ -250,16 +306,32 @@ class NodeRuntime:
         self.key = key
         self.me = key.peer_id
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.options = options
         self.log = log if log is not None else EventLog(fmt=options.log_format)
         self._trainer = trainer
         self._tick_ms = genesis.protocol.timeouts.tick_ms
-        self._check_vote_log()
-        chain = load_chain(genesis, self.data_dir, initial_model, public=public)
-        self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
+        # A failed start leaves the data dir as it was (issue 34 item 4): first what can fail and only reads (the
+        # listen addresses, the vote log), then the ledger, an existing one opened read-only until run() listens;
+        # whatever the start creates before `started` is removed again if it fails (_StartUndo).
+        check_listen(options.listen)
+        restore = check_data_dir(self.data_dir, genesis, self.me, reset_votes=options.reset_votes)
         self._votes = VoteLog(self.data_dir / VOTE_LOG)
-        restore = self._votes.load()
+        self._undo = _StartUndo(self.data_dir, genesis.model.digest)
+        try:
+            self._open(initial_model, restore, core_factory=core_factory, adversary=adversary, public=public)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _open(
+        self, initial_model: np.ndarray, restore: bytes | None, *, core_factory: Callable[..., NodeCore],
+        adversary: NodeAdversary | None, public: PublicEval | None,
+    ) -> None:
+        """The rest of ``__init__``: the ledger replayed, the core and the transport built."""
+        genesis, key, options = self.genesis, self.key, self.options
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        chain = load_chain(genesis, self.data_dir, initial_model, public=public, write_later=True)
+        self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
         self._start_tick = self._wall_tick()
         awaiting = model is None
         self.core = core_factory(
@@ -313,7 +385,7 @@ class NodeRuntime:
             listen=options.listen,
             on_frame=self._on_frame,
             serve_blob=self._serve_blob,
-            limits=options.limits,
+            limits=_paced(options.limits, genesis),
         )
         self._fetching: set[bytes] = set()  # digests being fetched now
         self._fetch_slots = trio.CapacityLimiter(FETCHES_MAX)
@@ -323,6 +395,35 @@ class NodeRuntime:
             lg = logging.getLogger(name)
             lg.handlers = [h for h in lg.handlers if not isinstance(h, _LogBridge)] + [_LogBridge(self.log)]
             lg.propagate = False
+
+    def _abandon(self) -> None:
+        """A start failed before ``started``: close the store, then remove what the start created."""
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.close()
+        self._undo.run()
+
+    def _open_for_writing(self) -> None:
+        """Reopen a ledger opened read-only (``load_chain(write_later=True)``) for writing: once the start can no
+        longer fail (run(), listening), or before a block is stored, whichever comes first."""
+        if not self.store.readonly:
+            return
+        ro = self.store
+        rw = SqliteBlockStore.open(ro.path)
+        if (rw.height(), rw.head_hash()) != (ro.height(), ro.head_hash()):
+            rw.close()
+            raise StoreError(f"{ro.path}: changed under this node (height {rw.height()}, it read {ro.height()}): "
+                             "is another process running on this data dir?")
+        ro.close()
+        self.store = rw
+
+    def _check_listening(self) -> None:
+        """Every listen address is bound: py-libp2p only logs a listener that fails, and the node would run deaf."""
+        got = {ep[1:] for a in self.transport.listen_addrs() if (ep := tcp_endpoint(a)) is not None}
+        failed = [a for a in self.options.listen if (ep := tcp_endpoint(a)) is not None and ep[2] and ep[1:] not in got]
+        if failed or not got:
+            raise ConfigFileError(f"listen {(failed or list(self.options.listen) or ['-'])[0]}: cannot listen "
+                                  "(address in use or not on this host)")
 
     # --- wall clock -------------------------------------------------------------------------------
 
@@ -342,9 +443,15 @@ class NodeRuntime:
         The order is what a restart relies on: the replica's record for height h+1 never reaches the disk
         before block h (a restored replica refuses a record from beyond its store, as it must), and whatever
         the replica signed in this batch is on disk before any of it is sent."""
+        decided = False
         for fx in effects:
             if isinstance(fx, Decided):
                 self._store_decided(fx)
+                decided = True
+        if decided and self.core.staleness == 0:
+            # this node's round moved on: its updates still queued are for a decided round, which counts no late
+            # update; they would only delay the next round's behind them on a slow link (issue 34 item 1)
+            self.transport.discard_queued("update")
         v = self.core.replica.durable_version
         if v != self._votes_version:
             self._votes.save(self.core.replica.durable())
@@ -419,6 +526,7 @@ class NodeRuntime:
             self.blobs.put(vector_to_blob(np.ascontiguousarray(fx.model, dtype=np.float32)))
         if block.header.height <= self.store.height():
             return
+        self._open_for_writing()
         self.store.append(block)  # a store that cannot append is fatal: the node stops (votes must not outrun it)
         self.stored_height = block.header.height
         self.rounds += 1
@@ -450,31 +558,6 @@ class NodeRuntime:
             self._job_ready.set()
         self._height_event.set()
         self._height_event = trio.Event()
-
-    def _check_vote_log(self) -> None:
-        """Refuse to start (before anything is opened for writing) when the vote log is gone but the ledger holds
-        blocks this key signed (in the last ``VOTES_CHECKED`` commit certificates: a voter, whose log existed): the log
-        is what keeps a restarted node from signing two different votes for one (height, view), so a node that lost
-        it could equivocate without knowing; ``--reset-votes`` starts it anyway. A member that never voted (an
-        observer) has no log to lose."""
-        if self.options.reset_votes or (self.data_dir / VOTE_LOG).exists():
-            return
-        ldir = self.data_dir / LEDGER_DIR
-        if not (ldir / "chain.sqlite").exists():
-            return  # a new node
-        try:
-            store, _ = open_ledger(ldir, readonly=True, check_index=False)
-            with store:
-                height = store.height()
-                signed = any(s.signer == self.me for h in range(max(1, height - VOTES_CHECKED + 1), height + 1)
-                             for s in store.get(h).certificate.signatures)
-        except (StoreError, LedgerError, OSError):
-            return  # (load_chain says what is wrong with the ledger)
-        if signed:
-            raise DurableStateError(
-                f"{self.data_dir / VOTE_LOG}: missing, but the ledger holds {height} blocks: the vote log keeps this "
-                "node from signing two different votes for one height and view; start with --reset-votes only if no "
-                "vote of this key can be in flight (no other process runs this key)")
 
     def _check_blobs(self, digests: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
         """``(missing, corrupt)`` among ``digests`` (a worker thread: file reads and hashes only)."""
@@ -697,43 +780,127 @@ class NodeRuntime:
             await self._height_event.wait()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until cancelled (or until ``options.stop_at_height`` is stored, then ``linger_s`` more)."""
+        """Run until cancelled (or until ``options.stop_at_height`` is stored, then ``linger_s`` more).
+
+        A start that fails before ``started`` (an address it cannot listen on) raises its one error (not an
+        exception group) once the nursery is closed, and leaves the data dir as it found it."""
+        started = False
+        refused: Exception | None = None
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await nursery.start(self.transport.run)
                 if self.options.http is not None:
                     self.log("http", url=await nursery.start(self._serve_http))
-                self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
-                         chain=self.genesis.chain_id, limits=_changed_limits(self.options.limits))
-                task_status.started()
-                await self._wait_peers()
-                self._execute(self.core.start())
-                nursery.start_soon(self._clock)
-                nursery.start_soon(self._training)
-                nursery.start_soon(self._status)
-                await self._scrub()  # the archive as the disk holds it: what is missing or corrupt is fetched again
-                nursery.start_soon(self._scrubbing)
-                await self.wait_height(self.last_height)
-                with trio.move_on_after(self.options.archive_wait_s if self.options.stop_at_height is not None else 0):
-                    waited = 0.0
-                    while self.core.wanted():  # every referenced blob on disk: the ledger re-executes
-                        await trio.sleep(0.1)
-                        waited += 0.1
-                        if waited >= WAITING_LOG_S:
-                            waited = 0.0
-                            self.log("waiting", level="warning", blobs_missing=self.core.wanted(),
-                                     peers=len(self.transport.connected()),
-                                     why="no peer connected" if not self.transport.connected() else "asking peers")
-                self.blobs_missing = self.core.wanted()
-                self.log("done", height=self.stored_height, blobs_missing=self.blobs_missing,
-                         level="error" if self.blobs_missing else "info")
-                if self.options.stop_at_height is not None:
-                    await trio.sleep(self.options.linger_s)
+                await nursery.start(self.transport.run)
+                refused = self._refusal()
+                if refused is not None:
                     nursery.cancel_scope.cancel()
+                else:
+                    self.log("started", peer=self.me, height=self.store.height(), addrs=self.transport.listen_addrs(),
+                             chain=self.genesis.chain_id, limits=_changed_limits(self.options.limits))
+                    started = True
+                    task_status.started()
+                    await self._serve(nursery)
         finally:
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
-            self.store.close()
+            if started:
+                self.store.close()
+            else:
+                self._abandon()  # (e.g. an address in use, or stopped before it listened)
+        if refused is not None:
+            raise refused
+
+    def _refusal(self) -> Exception | None:
+        """The last steps of a start, once the transport runs: every listen address bound, the ledger reopened for
+        writing; the error that refuses the start, or None (nothing after this can fail)."""
+        try:
+            self._check_listening()
+            self._open_for_writing()
+        except (ConfigFileError, StoreError) as e:
+            return e
+        return None
+
+    async def _serve(self, nursery: trio.Nursery) -> None:
+        """A started node: rounds until the last one is stored (see :meth:`run`)."""
+        await self._wait_peers()
+        self._execute(self.core.start())
+        nursery.start_soon(self._clock)
+        nursery.start_soon(self._training)
+        nursery.start_soon(self._status)
+        await self._scrub()  # the archive as the disk holds it: what is missing or corrupt is fetched again
+        nursery.start_soon(self._scrubbing)
+        await self.wait_height(self.last_height)
+        with trio.move_on_after(self.options.archive_wait_s if self.options.stop_at_height is not None else 0):
+            waited = 0.0
+            while self.core.wanted():  # every referenced blob on disk: the ledger re-executes
+                await trio.sleep(0.1)
+                waited += 0.1
+                if waited >= WAITING_LOG_S:
+                    waited = 0.0
+                    self.log("waiting", level="warning", blobs_missing=self.core.wanted(),
+                             peers=len(self.transport.connected()),
+                             why="no peer connected" if not self.transport.connected() else "asking peers")
+        self.blobs_missing = self.core.wanted()
+        self.log("done", height=self.stored_height, blobs_missing=self.blobs_missing,
+                 level="error" if self.blobs_missing else "info")
+        if self.options.stop_at_height is not None:
+            await trio.sleep(self.options.linger_s)
+            nursery.cancel_scope.cancel()
+
+
+class _StartUndo:
+    """What a failed start removes again, so that it leaves the data dir as it found it (issue 34 item 4): every
+    path under ``root`` that was not there when the start began (a new directory with all it holds), ``root`` with
+    its parents if the start created them, and the genesis model's blob if the start stored it. Never the vote log: a
+    vote it records may have left the node.
+
+    The blob files of the fan-out directories that were there are not listed (an archive may hold many): a start
+    stores no blob into them but the genesis model's (``load_chain``; the core's ``put`` of the head model finds it
+    there), which :meth:`run` removes by its digest."""
+
+    def __init__(self, root: Path, genesis_model: bytes) -> None:
+        self.root = root
+        self._created: list[Path] = []  # the data dir and its missing parents, deepest first
+        p = root.absolute()
+        while not p.exists() and p != p.parent:
+            self._created.append(p)
+            p = p.parent
+        self._before = _tree(root)
+        blobs = root / LEDGER_DIR / BLOBS_DIR
+        self._genesis_model = None if blobs.is_dir() and FileBlobStore(blobs, readonly=True).has(genesis_model) \
+            else genesis_model
+
+    def run(self) -> None:
+        if self._genesis_model is not None and (self.root / LEDGER_DIR / BLOBS_DIR).is_dir():
+            FileBlobStore(self.root / LEDGER_DIR / BLOBS_DIR).discard(self._genesis_model)
+        for name in sorted(_tree(self.root) - self._before, key=lambda n: n.count(os.sep), reverse=True):
+            p = Path(name)
+            if p == self.root / VOTE_LOG:
+                continue
+            try:
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)  # (a directory this start created holds nothing else)
+                else:
+                    p.unlink()
+            except OSError:
+                pass
+        for d in self._created:
+            try:
+                d.rmdir()
+            except OSError:
+                break  # (it holds the vote log)
+
+
+def _tree(root: Path) -> set[str]:
+    """The paths under ``root`` (links not followed), but not the files in the blob store's fan-out directories;
+    empty if ``root`` is no directory."""
+    out: set[str] = set()
+    blobs = os.path.join(root, LEDGER_DIR, BLOBS_DIR)
+    for top, dirs, files in os.walk(root):
+        out.update(os.path.join(top, n) for n in (*dirs, *files))
+        if top == blobs:
+            dirs.clear()
+    return out
 
 
 def _decode(data: bytes) -> tuple[Envelope | None, str]:
@@ -742,6 +909,16 @@ def _decode(data: bytes) -> tuple[Envelope | None, str]:
         return decode_envelope(data), ""
     except LedgerError as e:
         return None, str(e)
+
+
+def _paced(limits: TransportLimits, genesis: Genesis) -> TransportLimits:
+    """``limits`` with the read pace no faster than the genesis' planned link allows each stream
+    (``node._deadlines.read_rate_floor``), unless the node's config set a pace of its own."""
+    default = TransportLimits().read_bytes_per_s_min
+    if limits.read_bytes_per_s_min != default:
+        return limits
+    floor = read_rate_floor(genesis.protocol.params, len(genesis.member_ids))
+    return dataclasses.replace(limits, read_bytes_per_s_min=min(default, floor))
 
 
 def _changed_limits(limits: TransportLimits) -> dict[str, Any]:
@@ -756,6 +933,7 @@ async def run_node(runtime: NodeRuntime) -> int:
     import signal  # noqa: PLC0415
 
     stopped: list[int] = []
+    refused: Exception | None = None
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
 
@@ -767,6 +945,11 @@ async def run_node(runtime: NodeRuntime) -> int:
                     return
 
             nursery.start_soon(watch)
-            await runtime.run()
+            try:
+                await runtime.run()
+            except (NodeError, LedgerError) as e:  # a refused start (NodeRuntime.run): one error, not a group
+                refused = e
             nursery.cancel_scope.cancel()
+    if refused is not None:
+        raise refused
     return stopped[0] if stopped else 0

@@ -11,7 +11,8 @@ Design
 * A third protocol, ``/concilium/<chain-id>/fetch/1``, fetches a blob by digest in chunks
   (:meth:`Transport.fetch`, records in ``_fetch.py``): the asker pipelines range requests on one stream, the
   server answers each from ``serve_blob`` with one chunk frame of at most 1 MiB, and the asker checks each
-  chunk against its request and the whole blob against its digest before returning it.
+  chunk against its request and the whole blob against its digest before returning it (the digest is computed
+  chunk by chunk in a worker thread while the next chunks arrive; the blob is assembled in place, no copy).
   (DESIGN.md names a ``/sync/1`` protocol: block sync here is the replica's own sync messages, which are
   consensus messages and ride ``msg/1`` with them; what sync needs beyond blocks, the blobs, is ``fetch/1``.)
 * Outbound: :meth:`Transport.send` is synchronous and never blocks. It appends to a per-peer queue bounded
@@ -56,7 +57,7 @@ py-libp2p 0.8.1 defects worked around (see ``/work/shared/notes/libp2p.md``)
    address book (:meth:`Transport.add_address`) and passes it to every dial.
 8. ``import libp2p`` clears the ``libp2p`` logger's handlers and sets ``propagate=False`` (its warnings
    reach stderr bare through ``logging.lastResort``): when this module is imported, unless ``LIBP2P_DEBUG``
-   gave libp2p handlers of its own, the logger propagates again at level WARNING (the only global state).
+   gave libp2p handlers of its own, the logger propagates again at level WARNING (global state, as is 11).
 9. The swarm's auto-connector dials every peerstore peer with an address (non-members included, and on
    loopback/LAN too) toward (low + high watermark) / 2 connections, and the pruner closes connections
    above the high watermark: the auto-connector is stopped once the host runs, ``ConnectionConfig`` has
@@ -65,14 +66,22 @@ py-libp2p 0.8.1 defects worked around (see ``/work/shared/notes/libp2p.md``)
    logging fix (8) resets it to NOTSET.
 10. Identify would add addresses that peers observed for us to ``get_addrs``, which backs
     :meth:`Transport.listen_addrs`: ``disable_identify_address_discovery=True``.
+11. Large transfers are CPU-bound in py-libp2p's Noise and Yamux layers (64 KiB Yamux frames split into two
+    Noise messages, two or more ``recv`` calls and about eleven copies of each byte on the receiver, a writer
+    out of window re-checking every 10 ms): ``_libp2p_fixes.apply()`` replaces five methods when this module is
+    imported (on libp2p 0.8.1 only; the wire format is unchanged). See that module; the same changes as a patch
+    against the library are in the issue's release note.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import io
 import logging
 import math
+import os
 import re
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -95,17 +104,26 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
-from ledger import DecodeError, KeyPair, sha256
-from node.runtime._fetch import CHUNK_BYTES, REQUEST_FRAME_MAX, RESPONSE_FRAME_MAX, WINDOW, BlobChunk, BlobRequest
-from node.runtime._frames import FrameError, encode_header, read_frame
+from ledger import DecodeError, KeyPair
+from node.runtime import _libp2p_fixes
+from node.runtime._fetch import (CHUNK_BUDGET, CHUNK_BYTES, REQUEST_BUDGET, REQUEST_FRAME_MAX, RESPONSE_FRAME_MAX,
+                                 WINDOW, BlobChunk, BlobRequest, encode_chunk)  # fmt: skip
+from node.runtime._frames import HEADER_BYTES, FrameError, blank_buffer, encode_header, read_frame
 
-# The one piece of global state (defect 8): `import libp2p` (above) cleared the "libp2p" logger's handlers
+# Global state (defect 8; 11 below): `import libp2p` (above) cleared the "libp2p" logger's handlers
 # and stopped propagation. Unless LIBP2P_DEBUG gave it handlers of its own, send its records to ours.
 _libp2p_logger = logging.getLogger("libp2p")
 if not _libp2p_logger.handlers:
     _libp2p_logger.propagate = True
     _libp2p_logger.setLevel(logging.WARNING)
     logging.getLogger("libp2p.network.auto_connector").setLevel(logging.NOTSET)  # it forces INFO on itself
+# Defect 11, global too (the same for every host in the process); CONCILIUM_LIBP2P_FIXES=off leaves py-libp2p as
+# released (an escape hatch, and the baseline of benchmarks/net_bench.py --stock).
+if os.environ.get("CONCILIUM_LIBP2P_FIXES", "on") == "off":
+    logging.getLogger(__name__).info("CONCILIUM_LIBP2P_FIXES=off: py-libp2p's throughput fixes are not installed")
+elif not _libp2p_fixes.apply():
+    logging.getLogger(__name__).warning("libp2p %s is not %s: its throughput fixes are not installed",
+                                        getattr(libp2p, "__version__", "?"), _libp2p_fixes.SUPPORTED_VERSION)
 
 __all__ = ["DATA_KINDS", "MSG_KINDS", "Transport", "TransportLimits", "TransportStats", "protocol_ids"]
 
@@ -244,6 +262,32 @@ def _short(peer: str) -> str:
     return peer[-8:]
 
 
+class _ChunkDigest:
+    """SHA-256 of a blob fed chunk by chunk, in order. Each update runs in a worker thread (hashlib releases the GIL
+    on large inputs) while the fetch receives the next chunk, so checking a fetched blob's digest overlaps with the
+    transfer instead of following it (about 25 ms of CPU per 50 MB here). One update at a time."""
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256()
+        self._done = trio.Event()
+        self._done.set()
+
+    async def update(self, data: bytes) -> None:
+        await self._done.wait()  # the previous chunk's update is over: they run in order, one in flight
+        done = self._done = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(_: object) -> None:  # in the worker thread, once the update is over
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+        trio.lowlevel.start_thread_soon(functools.partial(self._hasher.update, data), deliver)
+
+    async def digest(self) -> bytes:
+        await self._done.wait()
+        return self._hasher.digest()
+
+
 class Transport:
     """Moves opaque frames between member peers; see the module docstring."""
 
@@ -362,6 +406,27 @@ class Transport:
             peer.queued_bytes -= len(oldest.popleft().data)
             self._dropped["queue_full"] += 1
         peer.queued[channel.name].set()
+
+    def discard_queued(self, kind: str) -> int:
+        """Drop every frame of ``kind`` still queued for any peer (not the one being written); how many. A node
+        calls it for its updates when its round moves on (issue 34 item 1): an update for a round the network has
+        decided would reach no one in time, and on a slow link it would delay the next round's update behind it,
+        so a member that missed one round would miss every later one too."""
+        channel = self._channel_of(kind)
+        dropped = 0
+        for peer in self._peers.values():
+            queue = peer.queues[channel.name]
+            keep = [q for q in queue if q.kind != kind]
+            if len(keep) == len(queue):
+                continue
+            for q in queue:
+                if q.kind == kind:
+                    peer.queued_bytes -= len(q.data)
+                    dropped += 1
+            queue.clear()
+            queue.extend(keep)
+        self._dropped["superseded"] += dropped
+        return dropped
 
     def listen_addrs(self) -> list[str]:
         """The addresses this node listens on, with ``/p2p/<peer id>`` (port 0 resolved)."""
@@ -491,7 +556,8 @@ class Transport:
                     await self._close(stream)
                     return
                 try:
-                    request = BlobRequest.decode(data, bytes_max=REQUEST_FRAME_MAX)  # type: ignore[attr-defined]
+                    request = BlobRequest.decode(data, bytes_max=REQUEST_FRAME_MAX,  # type: ignore[attr-defined]
+                                                 budget=REQUEST_BUDGET)  # fmt: skip
                 except DecodeError as exc:
                     raise FrameError("malformed", str(exc)) from None
             except FrameError as bad:
@@ -505,18 +571,19 @@ class Transport:
                 return
             blob = self._servable(request.digest)
             if blob is None or request.offset >= len(blob):  # (a served blob is never empty)
-                chunk = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"")
+                empty = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"")
+                frame = encode_header(len(encoded := empty.encode())) + encoded  # type: ignore[attr-defined]
             else:
                 end = min(len(blob), request.offset + request.length)
-                chunk = BlobChunk(digest=request.digest, offset=request.offset, total=len(blob),
-                                  data=blob[request.offset:end])  # fmt: skip
-            frame = chunk.encode()  # type: ignore[attr-defined]
-            del blob, chunk
-            if not await self._write(stream, frame):
+                with memoryview(blob) as view:  # the piece of the blob is copied once, into the frame
+                    frame = encode_chunk(digest=request.digest, offset=request.offset, total=len(blob),
+                                         data=view[request.offset:end], framed=True)  # fmt: skip
+            del blob
+            if not await self._write(stream, frame, framed=True):
                 await self._reset(stream)
                 return
             self._messages_out["chunk"] += 1
-            self._bytes_out["chunk"] += len(frame)
+            self._bytes_out["chunk"] += len(frame) - HEADER_BYTES
 
     def _servable(self, digest: bytes) -> bytes | None:
         """``serve_blob(digest)``, memoized while a fetch runs: one lookup per blob, not one per chunk. The memo
@@ -577,7 +644,8 @@ class Transport:
         limits = self.limits
         sent: deque[tuple[int, int]] = deque()  # (offset, length) of the requests in flight, in order
         total: int | None = None
-        buf = bytearray()
+        buf: io.BytesIO | None = None  # the blob, chunk after chunk (each chunk is checked to be the next one)
+        hasher = _ChunkDigest()
 
         async def ask(offset: int, length: int) -> None:
             frame = BlobRequest(digest=digest, offset=offset, length=length).encode()  # type: ignore[attr-defined]
@@ -595,7 +663,8 @@ class Transport:
             if data is None:
                 raise FrameError("truncated", "the server closed the fetch stream early")
             try:
-                chunk = BlobChunk.decode(data, bytes_max=RESPONSE_FRAME_MAX)  # type: ignore[attr-defined]
+                chunk = BlobChunk.decode(data, bytes_max=RESPONSE_FRAME_MAX,  # type: ignore[attr-defined]
+                                         budget=CHUNK_BUDGET)  # fmt: skip
             except DecodeError as exc:
                 raise FrameError("malformed", str(exc)) from None
             self._messages_in["fetch"] += 1
@@ -611,16 +680,20 @@ class Transport:
                 if chunk.total > cap:
                     raise FrameError("oversized", f"a blob of {chunk.total} bytes announced, cap {cap}")
                 total = chunk.total
-                buf = bytearray(total)
+                buf = blank_buffer(total)
             if chunk.total != total or len(chunk.data) != min(length, total - offset):
                 raise FrameError("malformed", "a chunk whose size or total contradicts the first one")
-            buf[offset:offset + len(chunk.data)] = chunk.data
+            assert buf is not None and buf.tell() == offset, "requests are sent in order and each is answered in full"
+            buf.write(chunk.data)
+            await hasher.update(chunk.data)
+            del chunk
             while next_offset < total and len(sent) < WINDOW:
                 await ask(next_offset, min(CHUNK_BYTES, total - next_offset))
                 next_offset += CHUNK_BYTES
-        if sha256(buf) != digest:
+        if await hasher.digest() != digest:
             raise FrameError("malformed", "the fetched blob does not match its digest")
-        return bytes(buf)
+        assert buf is not None  # the first answer either returned (not held) or made it
+        return buf.getvalue()
 
     async def _read(self, stream: INetStream, frame_max: int, *, header_timeout_s: float | None = None,
                     admit: Callable[[int], bool] | None = None) -> bytes | None:
@@ -719,11 +792,14 @@ class Transport:
         self._log.info("opening %s to %s timed out", channel.protocol, _short(peer.id))
         return None
 
-    async def _write(self, stream: INetStream, data: bytes) -> bool:
+    async def _write(self, stream: INetStream, data: bytes, *, framed: bool = False) -> bool:
+        """Write one frame: its header and ``data``, or ``data`` alone if it starts with its header (``framed``)."""
         deadline_s = self.limits.write_timeout_s + len(data) / self.limits.read_bytes_per_s_min
         with trio.move_on_after(deadline_s):
             try:
-                if len(data) <= _ONE_WRITE_MAX:  # one write, one encrypted frame: a small message is one packet
+                if framed:
+                    await stream.write(data)
+                elif len(data) <= _ONE_WRITE_MAX:  # one write, one encrypted frame: a small message is one packet
                     await stream.write(encode_header(len(data)) + data)
                 else:  # a large one is split by the muxer anyway; no copy of it
                     await stream.write(encode_header(len(data)))

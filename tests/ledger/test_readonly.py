@@ -246,3 +246,20 @@ def test_verify_reads_blocks_that_are_only_in_the_wal(tmp_path):
         store, _ = open_ledger(states[name], readonly=True)
         with store:
             assert store.height() == N and store.warning is None
+
+
+def test_copy_wal_reads_the_wal_from_a_copy_and_changes_no_byte_beside_the_file(tmp_path):
+    """``copy_wal=True`` (a node's start, which may still fail: ``node.runtime.load_chain``) reads a crashed
+    writer's blocks from a private copy: the WAL's blocks are there, and no byte beside the file changes, the
+    ``-shm`` included (a read-only connection in place may rebuild that WAL index)."""
+    from ledger.store import SqliteBlockStore
+
+    states = _build_states(tmp_path)
+    for name in ("wal+shm", "wal", "no-wal", "closed"):
+        d = states[name]
+        before = {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+        with SqliteBlockStore.open(d / "chain.sqlite", readonly=True, copy_wal=True) as store:
+            assert store.readonly and store.height() == (0 if name == "no-wal" else N), name
+        assert {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()} == before, name
+    with pytest.raises(ValueError, match="copy_wal"):
+        SqliteBlockStore.open(states["closed"] / "chain.sqlite", copy_wal=True)

@@ -404,16 +404,20 @@ print(json.dumps(out))
 
 def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_from(in_reproducible_mode):
     """A lazy client learns of its role only from the push of the block before its round; under 10 % loss a lost
-    push cost the round its update (141-144 of 160 accepted over these two seeds before the retry). The primary of
-    each height sends that block again, half way to the collect deadline, to the sampled clients it holds no
-    update from (``NodeCore._maybe_nudge``): 157 of 160 for each seed here. Loss-free runs send no retry (their
-    ledgers are unchanged: ``benchmarks/heads.py``).
+    push cost the round its update (133 and 135 of 160 accepted over these two seeds without the retry). The primary
+    of each height sends that block again, half way to the collect deadline, to the sampled clients it holds no
+    update from (``NodeCore._maybe_nudge``): 157 and 146 of 160 here. Loss-free runs send no retry (their
+    ledgers are unchanged: ``benchmarks/heads.py``). (Before issue 34 item 7 both seeds gave 157: a validator
+    refused every proposal whose update blobs had not reached it yet, so nearly every height took 1 to 5 view
+    changes (146 and 134 in all), and the later views' primaries collected the late updates; a validator now waits
+    for a missing blob within the view's timer, the heights decide in view 0 or 1 (11 and 33 view changes), and an
+    update that reaches the primary after its deadline misses its round.)
 
     In reproducible mode: which clients are sampled and which messages are lost follow the training bits, and by
     default those differ between CPUs (seed 0 gave 151 with PyTorch's portable kernels forced, 155 with its
     AVX-512 ones, on one AMD machine)."""
     for seed, accepted in in_reproducible_mode(_UNDER_LOSS).items():
-        assert sum(accepted) >= 152, (seed, accepted)  # 95 % of 8 rounds x 20 clients
+        assert sum(accepted) >= 144, (seed, accepted)  # 90 % of 8 rounds x 20 clients
 
 
 def test_lazy_members_that_sleep_hold_no_blobs_of_their_past_rounds(tmp_path):

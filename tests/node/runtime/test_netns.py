@@ -33,6 +33,7 @@ import tomli_w
 from ledger.store import open_ledger
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
+from concilium.netns import NetnsError, Sandbox, Shape, established
 from concilium._testnet import read_events, stop_processes, write_testnet
 from sim._world import World
 
@@ -47,83 +48,12 @@ def _run(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-class Sandbox:
-    """A switch namespace with a bridge, and N node namespaces each linked to it by a veth pair."""
-
-    def __init__(self, n: int) -> None:
-        tag = f"cb{os.getpid()}"
-        self.switch = f"{tag}sw"
-        self.nodes = [f"{tag}n{i}" for i in range(n)]
-        self.subnet = f"10.231.{20 + os.getpid() % 200}"  # namespaces do not share routes; this only reads well
-        self.addrs = [f"{self.subnet}.{10 + i}" for i in range(n)]
-        self.created: list[str] = []
-        self.shaping = ""
-
-    def _ok(self, *args: str) -> None:
-        r = _run(*args)
-        if r.returncode:
-            raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
-
-    def add_namespace(self, name: str) -> None:
-        self._ok("ip", "netns", "add", name)
-        self.created.append(name)
-
-    def up(self) -> None:
-        for ns in (self.switch, *self.nodes):
-            if ns not in self.created:
-                self.add_namespace(ns)
-        sw = self.switch
-        self._ok("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
-        self._ok("ip", "-n", sw, "link", "set", "br0", "up")
-        self._ok("ip", "-n", sw, "link", "set", "lo", "up")
-        for i, (ns, addr) in enumerate(zip(self.nodes, self.addrs, strict=True)):
-            # created inside the switch namespace, its peer end inside the node's: the host's never sees them
-            self._ok("ip", "-n", sw, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self._ok("ip", "-n", sw, "link", "set", f"p{i}", "master", "br0")
-            self._ok("ip", "-n", sw, "link", "set", f"p{i}", "up")
-            self._ok("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
-            self._ok("ip", "-n", ns, "link", "set", "eth0", "up")
-            self._ok("ip", "-n", ns, "link", "set", "lo", "up")
-        for ns in self.nodes:
-            self.shaping = self._shape(ns)
-
-    def _shape(self, ns: str) -> str:
-        r = _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", *NETEM)
-        if r.returncode == 0:
-            return "netem " + " ".join(NETEM)
-        netem_error = r.stderr.strip()
-        self._ok("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", *TBF)
-        return f"tbf {' '.join(TBF)} (netem unavailable: {netem_error})"
-
-    def down(self) -> list[str]:
-        """Delete every namespace this sandbox made (their links and the bridge go with them); the failures."""
-        errors = []
-        for ns in reversed(self.created):
-            r = _run("ip", "netns", "del", ns)
-            if r.returncode:
-                errors.append(f"{ns}: {r.stderr.strip()}")
-        self.created.clear()
-        return errors
-
-
 def _events(node_dir: Path) -> list[dict[str, Any]]:
     return read_events(node_dir / "node.log")[0]
 
 
 def _stored(events: list[dict[str, Any]]) -> int:
     return max((int(e["height"]) for e in events if e.get("event") == "decided"), default=0)
-
-
-def _established(ns: str) -> list[tuple[str, str]]:
-    """(local, peer) ``ip:port`` of the established TCP connections in namespace ``ns``."""
-    r = _run("ip", "netns", "exec", ns, "ss", "-Htn", "state", "established")
-    assert r.returncode == 0, r.stderr
-    pairs = []
-    for line in r.stdout.splitlines():
-        cols = line.split()
-        if len(cols) >= 4:
-            pairs.append((cols[-2], cols[-1]))
-    return pairs
 
 
 PROBE = """
@@ -155,10 +85,10 @@ def test_nodes_in_separate_network_namespaces_commit_over_their_own_addresses(tm
         pytest.skip("network namespaces need root (euid is %d)" % os.geteuid())
     if shutil.which("ip") is None:
         pytest.skip("no `ip` command (iproute2) on PATH")
-    box = Sandbox(N)
+    box = Sandbox(N, shape=Shape(netem=NETEM, tbf=TBF))
     try:
         box.add_namespace(box.switch)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+    except (NetnsError, subprocess.SubprocessError) as e:
         pytest.skip(f"cannot create a network namespace: {e}")
     procs: list[subprocess.Popen[bytes]] = []
     report: dict[str, Any] = {}
@@ -194,7 +124,7 @@ def test_nodes_in_separate_network_namespaces_commit_over_their_own_addresses(tm
             assert time.monotonic() < deadline, "the nodes did not start"
             time.sleep(0.1)
         report["peers_s"] = round(time.monotonic() - t0, 1)
-        connections = [_established(ns) for ns in box.nodes]
+        connections = [established(ns) for ns in box.nodes]
         loopback_probe = _probe(box.nodes[1], "127.0.0.1", box.addrs[0])
 
         deadline = time.monotonic() + 120

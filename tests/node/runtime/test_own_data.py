@@ -213,8 +213,8 @@ def test_a_node_whose_data_does_not_fit_the_genesis_refuses_with_one_line(split:
     assert not (net / "nodes" / "node-0" / "data").exists()  # refused before anything was written
 
 
-def test_a_node_process_never_imports_the_simulator(tmp_path: Path) -> None:
-    (tmp_path / "one.toml").write_text(ONE)
+def test_a_node_process_never_imports_the_simulator(tmp_path: Path, one_node: str) -> None:
+    (tmp_path / "one.toml").write_text(one_node)
     net = tmp_path / "net"
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(net),
                  "--base-port", str(free_port_block(1))]) == 0
@@ -225,24 +225,3 @@ def test_a_node_process_never_imports_the_simulator(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert r.stdout.strip().splitlines()[-1] == "0 []", r.stdout[-2000:] + r.stderr[-2000:]
 
-
-ONE = """
-name = "one"
-seed = 0
-rounds = 2
-members = 1
-[protocol]
-mode = "coordinator"
-algorithm = "fedavg"
-committee_size = 1
-params = { clients = 1 }
-tick_ms = 20
-[data]
-dataset = "digits"
-partition = "iid"
-[model]
-name = "mlp"
-params = { in_features = 64, hidden = [8], num_classes = 10 }
-[training]
-steps = 2
-"""

@@ -112,30 +112,8 @@ def test_node_start_input_errors_are_one_line(tmp_path: Path, capsys) -> None:  
     assert not any((tmp_path / t).exists() for t in ("t1", "t2", "t3", "t4", "t5", "t6"))
 
 
-ONE_NODE = """
-name = "one"
-seed = 0
-rounds = 100000
-members = 1
-[protocol]
-mode = "coordinator"
-algorithm = "fedavg"
-committee_size = 1
-params = { clients = 1 }
-tick_ms = 20
-[data]
-dataset = "digits"
-partition = "iid"
-[model]
-name = "mlp"
-params = { in_features = 64, hidden = [8], num_classes = 10 }
-[training]
-steps = 2
-"""
-
-
-def test_node_start_names_a_missing_local_data_file(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    (tmp_path / "one.toml").write_text(ONE_NODE)
+def test_node_start_names_a_missing_local_data_file(tmp_path: Path, capsys, one_node: str) -> None:  # noqa: ANN001
+    (tmp_path / "one.toml").write_text(one_node)
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
     (tmp_path / "no-mnist").mkdir()
     capsys.readouterr()
@@ -145,7 +123,7 @@ def test_node_start_names_a_missing_local_data_file(tmp_path: Path, capsys) -> N
     assert code == 2 and err.count("\n") == 1 and "no-mnist" in err and "idx" in err, err
 
 
-def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) -> None:
+def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path, one_node: str) -> None:
     import json
     import signal
     import subprocess
@@ -154,7 +132,7 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
 
     from sim._run import verify_ledger
 
-    (tmp_path / "one.toml").write_text(ONE_NODE)
+    (tmp_path / "one.toml").write_text(one_node)
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net"),
                  "--base-port", "0"]) == 2  # port 0 is not a port a genesis can name
     assert main(["testnet", "init", "--scenario", str(tmp_path / "one.toml"), "--out", str(tmp_path / "net")]) == 0
@@ -210,7 +188,7 @@ def test_sigterm_stops_a_node_cleanly_and_its_ledger_verifies(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def test_nodes_named_by_dns_dial_each_other(tmp_path: Path) -> None:
+def test_nodes_named_by_dns_dial_each_other(tmp_path: Path, one_node: str) -> None:
     """``--host localhost``: the genesis holds ``/dns4/localhost/tcp/PORT`` addresses, and the transport resolves
     them when it dials (py-libp2p's TCP transport takes IP addresses only): 2 processes commit 2 rounds."""
     import subprocess
@@ -218,7 +196,7 @@ def test_nodes_named_by_dns_dial_each_other(tmp_path: Path) -> None:
 
     from concilium._testnet import free_port_block
 
-    two = ONE_NODE.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
+    two = one_node.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
     (tmp_path / "two.toml").write_text(two.replace("clients = 1", "clients = 2"))
     base = free_port_block(2)
     net = tmp_path / "net"
@@ -243,7 +221,8 @@ def test_nodes_named_by_dns_dial_each_other(tmp_path: Path) -> None:
         assert status["stored"] >= 2 and status["chain"] == genesis.chain_id, status
 
 
-def test_a_node_refetches_a_deleted_or_corrupted_blob_and_never_exits_0_without_it(tmp_path: Path) -> None:
+def test_a_node_refetches_a_deleted_or_corrupted_blob_and_never_exits_0_without_it(
+        tmp_path: Path, one_node: str) -> None:
     """Issue 34 item 4: at start a node scrubs its archive. Two nodes commit 3 rounds; node 0 stops; one update blob
     of its ledger is deleted and another corrupted. Alone (its peer gone), it logs what it waits for and exits 1
     (its ledger would fail verify); with its peer up, it fetches both again, exits 0, and its ledger verifies."""
@@ -255,7 +234,7 @@ def test_a_node_refetches_a_deleted_or_corrupted_blob_and_never_exits_0_without_
     from ledger.store import open_ledger
     from sim import verify_ledger
 
-    two = ONE_NODE.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
+    two = one_node.replace("members = 1", "members = 2").replace("committee_size = 1", "committee_size = 2")
     (tmp_path / "two.toml").write_text(two.replace("clients = 1", "clients = 2"))
     net = tmp_path / "net"
     assert main(["testnet", "init", "--scenario", str(tmp_path / "two.toml"), "--base-port", str(free_port_block(2)),

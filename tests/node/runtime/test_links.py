@@ -1,0 +1,95 @@
+"""A slow link and a model of 2 MB (issue 34 item 1): four node processes in four network namespaces, every link
+shaped to 10 Mbit/s both ways with ``tbf``, the genesis planning for it (``protocol.params.link_mbit = 10``).
+
+Once node 3 stored height 2, its link drops to 0.5 Mbit/s for 15 s (less than one update's worth), then comes back.
+Checked: every node stores every height and exits 0; every honest update is in every block before the slow-down
+(no member locked out by deadlines too short for the link); node 3's update is in every block of a round that
+began after its link came back (a member that misses a round rejoins the next one); the ledgers verify.
+
+Slow (about 2 minutes); skipped, with the reason, where namespaces cannot be made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from concilium.netns import NetnsError, Sandbox, Shape, reshape, run_testnet, tbf_args
+from concilium._testnet import read_events
+from sim import load_scenario, resolve_scenario
+from sim._run import verify_ledger
+from sim._world import World
+
+pytestmark = pytest.mark.slow
+
+N = 4
+ROUNDS = 7
+RATE = 10
+SLOW = 0.5
+SLOW_S = 15.0
+
+
+def test_every_update_is_accepted_at_10mbit_and_a_member_slowed_for_a_while_rejoins(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (euid is %d)" % os.geteuid())
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("no `ip`/`tc` (iproute2) on PATH")
+    probe = Sandbox(1)
+    try:
+        probe.add_namespace(probe.switch)
+    except NetnsError as e:
+        pytest.skip(f"cannot create a network namespace: {e}")
+    finally:
+        probe.down()
+    data = tomllib.loads(resolve_scenario("testnet").read_text())
+    data["rounds"] = ROUNDS
+    data["model"]["params"]["hidden"] = [700, 640]  # 500,550 float32 params: 2.0 MB
+    data["protocol"]["params"]["link_mbit"] = RATE
+    (tmp_path / "scenario.toml").write_text(tomli_w.dumps(data))
+    world = World.build(load_scenario(tmp_path / "scenario.toml"))
+    marks: dict[str, Any] = {}
+
+    def during(box: Sandbox, files: list[Any]) -> None:
+        if "restored" in marks:
+            return
+        if "slowed" in marks:
+            if os.times().elapsed >= marks["slowed"] + SLOW_S:
+                reshape(box.nodes[3], "eth0", tbf_args(RATE))
+                reshape(box.switch, "p3", tbf_args(RATE))
+                marks["restored"] = os.times().elapsed
+            return
+        ev = read_events(files[3].dir / "node.log")[0]
+        if any(e.get("event") == "decided" and int(e["height"]) >= 2 for e in ev):
+            reshape(box.nodes[3], "eth0", tbf_args(SLOW))
+            reshape(box.switch, "p3", tbf_args(SLOW))
+            marks["slowed"] = os.times().elapsed
+            marks["slowed_ts"] = ev[-1]["ts"]
+
+    try:
+        run = run_testnet(world, tmp_path, shape=Shape(tbf=tbf_args(RATE), both_ways=True), until_height=ROUNDS,
+                          timeout_s=420, during=during, linger_s=10)
+    except NetnsError as e:
+        pytest.skip(f"cannot shape links here: {e}")
+    assert run.exit_codes == [0] * N, run.stderr
+    assert run.stored() == [ROUNDS] * N
+    assert "restored" in marks, marks
+    blocks = run.decided(0)
+    slow_peer = run.files[3].peer_id
+    for h in (1, 2):
+        assert len(blocks[h]["accepted"]) == N, (h, blocks[h])
+    # node 3's own log: the rounds it began (trained for) after its link came back all count its update
+    restored_ts = marks["restored"] - marks["slowed"] + float(marks["slowed_ts"])
+    began_after = [int(e["round"]) for e in run.events[3]
+                   if e.get("event") == "trained" and float(e["ts"]) >= restored_ts + 1.0]
+    assert began_after, "node 3 trained no round after its link came back"
+    for r in began_after:
+        assert f"{slow_peer}:{r}" in blocks[r]["accepted"], (r, blocks[r]["accepted"])
+    for f in run.files:
+        ok, verdict = verify_ledger(f.dir / "data" / "ledger")
+        assert ok, verdict
