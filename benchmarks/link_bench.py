@@ -35,10 +35,8 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 import tomli_w  # noqa: E402
 
 from concilium.netns import (  # noqa: E402
-    NetnsError, Sandbox, Shape, clean_stale, events_of, reshape, run_testnet, tbf_args,
+    NetnsError, Shape, SlowDown, clean_stale, run_testnet, tbf_args,
 )
 from sim import World, load_scenario, resolve_scenario  # noqa: E402
 
@@ -81,28 +79,6 @@ def _busiest_bytes(events: list[list[dict[str, Any]]]) -> int:
     return most
 
 
-def _throttle(node: int, after_height: int, seconds: float, rate_mbit: float, back_mbit: float
-              ) -> Callable[[Sandbox, list[Any]], None]:
-    """A ``during`` hook: once node ``node`` stored ``after_height``, its link (both ways) drops to ``rate_mbit``
-    for ``seconds``, then goes back to ``back_mbit``."""
-    state: dict[str, float] = {}
-
-    def during(box: Sandbox, files: list[Any]) -> None:
-        if "end" in state:
-            if state["end"] and time.monotonic() >= state["end"]:
-                reshape(box.nodes[node], "eth0", tbf_args(back_mbit))
-                reshape(box.switch, f"p{node}", tbf_args(back_mbit))
-                state["end"] = 0.0
-            return
-        ev = events_of(files[node].dir / "node.log")
-        if any(e.get("event") == "decided" and int(e["height"]) >= after_height for e in ev):
-            reshape(box.nodes[node], "eth0", tbf_args(rate_mbit))
-            reshape(box.switch, f"p{node}", tbf_args(rate_mbit))
-            state["end"] = time.monotonic() + seconds
-
-    return during
-
-
 def run_cell(rate_mbit: float, size_mb: float, rounds: int, *, timeout_s: float, keep: Path | None = None,
              rejoin: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="link-bench-") as td:
@@ -112,7 +88,8 @@ def run_cell(rate_mbit: float, size_mb: float, rounds: int, *, timeout_s: float,
             tmp.mkdir(parents=True)
         world = World.build(load_scenario(_scenario(tmp, hidden=HIDDEN[size_mb], rate_mbit=rate_mbit, rounds=rounds)))
         model_bytes = 4 * int(world.theta0.shape[0])
-        during = _throttle(N - 1, 2, REJOIN_SLOW_S, rate_mbit / 20, rate_mbit) if rejoin else None
+        during = SlowDown(N - 1, after_height=2, seconds=REJOIN_SLOW_S, rate_mbit=rate_mbit / 20,
+                          back_mbit=rate_mbit) if rejoin else None
         # a node that stored the last height serves its peers a while longer: the last blobs of a slow link's archive
         linger = 5.0 + 4 * model_bytes * 8 / (rate_mbit * 1e6)
         run = run_testnet(world, tmp, shape=Shape(tbf=tbf_args(rate_mbit), both_ways=True), until_height=rounds,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NetnsError", "NetnsRun", "Sandbox", "Shape", "clean_stale", "established", "events_of", "reshape", "run_testnet", "tbf_args"]
+__all__ = ["NetnsError", "NetnsRun", "Sandbox", "Shape", "SlowDown", "clean_stale", "established", "events_of", "reshape", "run_testnet", "tbf_args"]
 
 
 class NetnsError(RuntimeError):
@@ -178,6 +178,35 @@ class NetnsRun:
 
     def stored(self) -> list[int]:
         return [max(self.decided(i), default=0) for i in range(len(self.files))]
+
+
+class SlowDown:
+    """A ``during`` hook of :func:`run_testnet`: once node ``node`` stored ``after_height``, its link (both ways) drops
+    to ``rate_mbit`` for ``seconds``, then goes back to ``back_mbit``. ``slowed_at`` and ``restored_at`` are the wall
+    times (``time.time()``, as the nodes' log lines' ``ts``) it did so, or None."""
+
+    def __init__(self, node: int, *, after_height: int, seconds: float, rate_mbit: float, back_mbit: float) -> None:
+        self.node, self.after_height, self.seconds = node, after_height, seconds
+        self.rate_mbit, self.back_mbit = rate_mbit, back_mbit
+        self.slowed_at: float | None = None
+        self.restored_at: float | None = None
+
+    def _set(self, box: Sandbox, rate_mbit: float) -> None:
+        reshape(box.nodes[self.node], "eth0", tbf_args(rate_mbit))
+        reshape(box.switch, f"p{self.node}", tbf_args(rate_mbit))
+
+    def __call__(self, box: Sandbox, files: list[Any]) -> None:
+        if self.restored_at is not None:
+            return
+        if self.slowed_at is not None:
+            if time.time() >= self.slowed_at + self.seconds:
+                self._set(box, self.back_mbit)
+                self.restored_at = time.time()
+            return
+        ev = events_of(files[self.node].dir / "node.log")
+        if any(e.get("event") == "decided" and int(e["height"]) >= self.after_height for e in ev):
+            self._set(box, self.rate_mbit)
+            self.slowed_at = time.time()
 
 
 def events_of(log: Path) -> list[dict[str, Any]]:

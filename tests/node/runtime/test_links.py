@@ -16,13 +16,11 @@ import os
 import shutil
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 import tomli_w
 
-from concilium.netns import NetnsError, Sandbox, Shape, reshape, run_testnet, tbf_args
-from concilium._testnet import read_events
+from concilium.netns import NetnsError, Sandbox, Shape, SlowDown, run_testnet, tbf_args
 from sim import load_scenario, resolve_scenario
 from sim._run import verify_ledger
 from sim._world import World
@@ -54,41 +52,23 @@ def test_every_update_is_accepted_at_10mbit_and_a_member_slowed_for_a_while_rejo
     data["protocol"]["params"]["link_mbit"] = RATE
     (tmp_path / "scenario.toml").write_text(tomli_w.dumps(data))
     world = World.build(load_scenario(tmp_path / "scenario.toml"))
-    marks: dict[str, Any] = {}
-
-    def during(box: Sandbox, files: list[Any]) -> None:
-        if "restored" in marks:
-            return
-        if "slowed" in marks:
-            if os.times().elapsed >= marks["slowed"] + SLOW_S:
-                reshape(box.nodes[3], "eth0", tbf_args(RATE))
-                reshape(box.switch, "p3", tbf_args(RATE))
-                marks["restored"] = os.times().elapsed
-            return
-        ev = read_events(files[3].dir / "node.log")[0]
-        if any(e.get("event") == "decided" and int(e["height"]) >= 2 for e in ev):
-            reshape(box.nodes[3], "eth0", tbf_args(SLOW))
-            reshape(box.switch, "p3", tbf_args(SLOW))
-            marks["slowed"] = os.times().elapsed
-            marks["slowed_ts"] = ev[-1]["ts"]
-
+    slow = SlowDown(3, after_height=2, seconds=SLOW_S, rate_mbit=SLOW, back_mbit=RATE)
     try:
         run = run_testnet(world, tmp_path, shape=Shape(tbf=tbf_args(RATE), both_ways=True), until_height=ROUNDS,
-                          timeout_s=420, during=during, linger_s=10)
+                          timeout_s=420, during=slow, linger_s=10)
     except NetnsError as e:
         pytest.skip(f"cannot shape links here: {e}")
     assert run.exit_codes == [0] * N, run.stderr
     assert run.stored() == [ROUNDS] * N
-    assert "restored" in marks, marks
+    assert slow.restored_at is not None, "the link never came back"
     blocks = run.decided(0)
     slow_peer = run.files[3].peer_id
     for h in (1, 2):
         assert len(blocks[h]["accepted"]) == N, (h, blocks[h])
     # the rounds that began after node 3's link came back (node 0 decided the block before them later) all count
     # its update: a member that missed rounds while its link was slow is in the next one
-    restored_ts = marks["restored"] - marks["slowed"] + float(marks["slowed_ts"])
-    after = [r for r in range(2, ROUNDS + 1) if float(blocks[r - 1]["ts"]) >= restored_ts]
-    assert after, f"no round began after node 3's link came back: {marks}"
+    after = [r for r in range(2, ROUNDS + 1) if float(blocks[r - 1]["ts"]) >= slow.restored_at]
+    assert after, f"no round began after node 3's link came back ({slow.slowed_at}, {slow.restored_at})"
     for r in after:
         assert f"{slow_peer}:{r}" in blocks[r]["accepted"], (r, blocks[r]["accepted"])
     for f in run.files:
