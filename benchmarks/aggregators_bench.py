@@ -1,8 +1,8 @@
 """Aggregator benchmark (workload A1): concilium's rules against ByzFL's, on the same input, in the same run.
 
-Workload (shared/notes/benchmarks.md, A1): n = 50 updates of d = 1,000,000 float32 (seeded), f = 10. Every rule
-is timed as the median of ``--repeat`` calls, ours and ByzFL's interleaved so both see the same machine noise,
-next to ``np.mean`` (the floor). The figure of merit is the ratio ours / ByzFL measured in this run.
+Workload A1 (``benchmarks/README.md``, "Reference workloads"): n = 50 updates of d = 1,000,000 float32 (seeded), f = 10.
+Every rule is timed as the median of ``--repeat`` calls, ours and ByzFL's interleaved so both see the same machine
+noise, next to ``np.mean`` (the floor). The figure of merit is the ratio ours / ByzFL measured in this run.
 
 ByzFL is *not* a dependency of concilium. Install it into a separate, git-ignored environment and run the script
 with the project's environment, appending ByzFL's site-packages (its aggregators need only numpy, scipy and torch,

@@ -1,5 +1,5 @@
-"""The accuracy gap of FedAvg under a ``2^53 - 1`` sample claim, over seeds (issue 31 item 7, measured again for
-issue 33, whose genesis changed which client is Byzantine).
+"""The accuracy gap of FedAvg under a ``2^53 - 1`` sample claim, over seeds (``learning.cap_sample_counts`` bounds
+what a claimed count weighs; which client is Byzantine follows from the genesis).
 
     python benchmarks/claim_gap.py [--seeds 8]
 

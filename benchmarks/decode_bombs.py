@@ -1,4 +1,4 @@
-"""Decode bombs (issue 31 item 3): what one hostile frame costs the envelope decoder, before and after the bounds.
+"""Decode bombs: what one hostile frame costs the envelope decoder, before and after the bounds.
 
 Each case decodes one frame in a fresh process (so peak RSS is its own): the frame is built first, then the kernel's
 peak-RSS mark is reset (``/proc/self/clear_refs``), the frame decoded, and the peak read back (``VmHWM``). Printed
@@ -82,7 +82,7 @@ def build(case: str) -> bytes:
     if case == "honest-blob-255":
         from node.core import Envelope  # noqa: PLC0415
 
-        return Envelope(blobs=(os.urandom(255 * MIB - 64),)).encode()  # type: ignore[attr-defined, no-any-return]
+        return Envelope(blobs=(os.urandom(255 * MIB - 64),)).encode()
     raise SystemExit(f"unknown case {case}")
 
 
@@ -106,7 +106,7 @@ def one(case: str, decoder: str) -> dict[str, object]:
     t0, w0 = time.process_time(), time.perf_counter()
     try:
         if decoder == "old":
-            Envelope.decode(data, bytes_max=256 * MIB)  # type: ignore[attr-defined]  # (= ENVELOPE_BYTES_MAX)
+            Envelope.decode(data, bytes_max=256 * MIB)  # (= ENVELOPE_BYTES_MAX)
         else:
             decode_envelope(data)
         verdict = "accepted"

@@ -1,5 +1,5 @@
 """The robust rules' Gram matrix ``X Xᵀ`` on workload A1's shape (n = 50, d = 10⁶ float32): the plain BLAS product
-(``B @ B.T`` per 16,384 columns, what the rules used before issue 30) against ``learning.robust.gram_matrix``
+(``B @ B.T`` per 16,384 columns, what the rules used before reproducible mode) against ``learning.robust.gram_matrix``
 (exact integer limbs: the same bits on any CPU) on two and on one kernel thread. Median (min-max) of ``--repeat``.
 
     .venv/bin/python benchmarks/gram_bench.py [--repeat 5] [--n 50] [--d 1000000]

@@ -1,6 +1,6 @@
 """Ledger benchmark: append rate and full-verify rate against the raw Ed25519 verify bound.
 
-Workload (issue 2): a 1,000-block chain, 10 signed update commitments and a 7-signature commit
+Workload: a 1,000-block chain, 10 signed update commitments and a 7-signature commit
 certificate per block (committee of 10, BFT quorum 7), stored in SQLite (WAL, synchronous=FULL) with
 its update and model blobs. Everything is measured in the same process and run, because the machines
 are shared and noisy: the figure of merit is the *ratio* of our verify throughput to the bound set by
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ledger import audit_chain  # noqa: E402
 from ledger.store import create_ledger, open_ledger  # noqa: E402
-from sim import LedgerDemo  # noqa: E402
+from ledger.testing import LedgerDemo  # noqa: E402
 
 SIGS_PER_BLOCK = 10 + 7
 

@@ -1,4 +1,4 @@
-"""Rounds over shaped links (issue 34, item 1): 4 node processes, each in its own network namespace, every link
+"""Rounds over shaped links: 4 node processes, each in its own network namespace, every link
 rate-limited with ``tc tbf`` (``netem`` where the kernel has it), at several rates and model sizes.
 
 Each cell: the bundled ``testnet`` scenario (coordinator mode, FedAvg, 4 members, all 4 training and validating

@@ -1,4 +1,4 @@
-"""Agreement when committee re-draws race a live committee (issue 31 item 2): seeded cluster sweeps.
+"""Agreement when committee re-draws race a live committee: seeded cluster sweeps.
 
     python benchmarks/redraw_race.py [--seeds 5]
 

@@ -1,22 +1,23 @@
 """Reproduce a source paper's qualitative claims through ``concilium sim`` and write a markdown report.
 
-    python benchmarks/reproduce.py SEED_ID [--fast] [--out DIR] [--workers 2] [--with-r5]
+    python benchmarks/reproduce.py PAPER [--fast] [--out DIR] [--workers 2] [--with-r5]
     python benchmarks/reproduce.py margins [--seeds N] [--fast] [--out DIR] [--workers 2]
 
-``SEED_ID`` is ``seed000`` (adversarial client unavailability), ``seed001`` (MimiC), ``seed002`` (Sself),
-``seed003`` (CMFL, committee mode) or ``seed004`` (FedRo), or ``all``. Every run is a real simulation (elected
+``PAPER`` is ``unavailability`` (adversarial client unavailability), ``mimic`` (MimiC), ``sself`` (Sself),
+``cmfl`` (CMFL, committee mode) or ``fedro`` (FedRo), or ``all``; the papers' former ids ``seed000`` …
+``seed004`` (in that order) still work (``sim.PAPER_ALIASES``). Every run is a real simulation (elected
 coordinator or CMFL committee, re-execution, pBFT, signatures, SQLite ledger verified with re-execution) on
-embedded data; the claims and tolerances are those of the spec's reproduction section
-(``../shared/specs/seed_00N.md``). ``--fast`` runs the small subset the default test run checks. Exit status 0
+embedded data; the claims and tolerances are those each paper's module (``benchmarks/repro/<paper>.py``) states
+and checks. ``--fast`` runs the small subset the default test run checks. Exit status 0
 iff every claim holds and every ledger verifies.
 
-``all`` runs the five papers in turn (each into ``OUT/seed00N[-fast]/`` with its own ``REPORT.md``), then writes
+``all`` runs the five papers in turn (each into ``OUT/<paper>[-fast]/`` with its own ``REPORT.md``), then writes
 one combined report, ``OUT/REPORT.md`` (``OUT/REPORT-fast.md`` with ``--fast``): per paper its claims table and
 plots, and a section "Where the paper does not hold" with the spec-listed discrepancies as each runner measured
 them. A runner that raises is recorded as an error in the combined report and the others still run.
 
-``margins`` reruns only the runs of the three claims that passed by a thin margin (seed001 B4-S4, seed000 R1-c,
-seed002 A11a) over seeds ``0..N-1`` (default 10; the runners' own seeds are 0-2) and writes ``OUT/margins/margins.md``
+``margins`` reruns only the runs of the three claims that passed by a thin margin (mimic B4-S4, unavailability R1-c,
+sself A11a) over seeds ``0..N-1`` (default 10; the runners' own seeds are 0-2) and writes ``OUT/margins/margins.md``
 and ``margins.json``: per claim the threshold (unchanged), the per-seed values, mean, sd, min, max, seeds passing
 alone, the runner's own seed-averaged verdict and a 95 % interval of the mean over all seeds
 (``benchmarks/repro/margins.py``). Exit status 0 iff every ledger verifies (the report, not the exit status, says
@@ -35,21 +36,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.repro._common import PaperResult, write_combined_report, write_report  # noqa: E402
+from sim import PAPER_ALIASES  # noqa: E402
 
-PAPERS = ("seed000", "seed001", "seed002", "seed003", "seed004")
+PAPERS = ("unavailability", "mimic", "sself", "cmfl", "fedro")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("seed_id", choices=(*PAPERS, "all", "margins"))
+    ap.add_argument("seed_id", metavar="PAPER", choices=(*PAPERS, "all", "margins", *PAPER_ALIASES),
+                    help=f"{', '.join(PAPERS)}, all or margins (former ids: {', '.join(PAPER_ALIASES)})")
     ap.add_argument("--fast", action="store_true", help="the small subset the default test run checks")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "reproduce", help="report folder root")
     ap.add_argument("--workers", type=int, default=2, help="simulations run in parallel (processes)")
-    ap.add_argument("--with-r5", action="store_true", help="seed004 only: add the optional R5 runs (n̂ sweep, ~7 min)")
+    ap.add_argument("--with-r5", action="store_true", help="fedro only: add the optional R5 runs (n̂ sweep, ~7 min)")
     ap.add_argument("--seeds", type=int, default=None, help="margins only: run seeds 0..N-1 (default 10)")
     args = ap.parse_args(argv)
-    if args.with_r5 and args.seed_id not in ("seed004", "all"):
-        ap.error("--with-r5 applies to seed004 only")
+    args.seed_id = PAPER_ALIASES.get(args.seed_id, args.seed_id)
+    if args.with_r5 and args.seed_id not in ("fedro", "all"):
+        ap.error("--with-r5 applies to fedro only")
     if args.seeds is not None and args.seed_id != "margins":
         ap.error("--seeds applies to margins only")
     if args.seed_id == "margins":
@@ -107,7 +111,7 @@ def run_paper(sid: str, root: Path, *, fast: bool, workers: int = 2, with_r5: bo
     out = root / (sid + ("-fast" if fast else ""))
     t0 = time.perf_counter()
     print(f"{sid}: reproducing ({'fast' if fast else 'full'}) into {out}/", flush=True)
-    extra = {"with_r5": True} if with_r5 and sid == "seed004" else {}
+    extra = {"with_r5": True} if with_r5 and sid == "fedro" else {}
     report = mod.reproduce(out, fast=fast, workers=workers, **extra)
     path = write_report(out, report)
     for c in report.claims:

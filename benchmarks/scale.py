@@ -20,11 +20,11 @@ be timed and taken out: per round,
 * traffic per round by message kind, from ``SimResult.traffic_by_round`` (rounds 2 on, averaged), and the ``pbft``
   messages per round split by consensus kind (``SimResult.consensus_by_round``: votes, whole blocks, headers, header
   requests), with the members that got a node (``nodes made``: the others never took part);
-  ``--blocks`` sends the members outside the next round the whole decided block instead of its header and
-  certificate (``network.outsiders = "blocks"``); ``--models-for-all`` also pushes every new model to every member,
-  as before issue 16 item 5. The same ledger in all three. ``--outsiders lazy|headers|blocks`` sets
-  ``network.outsiders`` (``lazy``: members outside the round are sent nothing and catch up by headers when a role
-  wakes them; another ledger than the other two for the same seed, as the catch-up moves the network's draws).
+  ``--blocks`` sends the members outside the next round the whole decided block instead of its header and certificate
+  (``network.outsiders = "blocks"``); ``--models-for-all`` also pushes every new model to every member, as the simulator
+  did before outsiders got headers only. The same ledger in all three. ``--outsiders lazy|headers|blocks`` sets
+  ``network.outsiders`` (``lazy``: members outside the round are sent nothing and catch up by headers when a role wakes
+  them; another ledger than the other two for the same seed, as the catch-up moves the network's draws).
   ``--sampling rank|draw`` sets ``protocol.params.sampling_rule`` (``rank`` hashes every member twice per height,
   ``draw`` about as many times as it picks; another ledger, as other members are picked). ``--epoch E`` sets
   ``protocol.params.committee_epoch`` (one committee per ``E`` rounds: a woken lazy member checks the last header of
@@ -106,7 +106,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     wall_round, cpu_round = (wn - w1) / span, (cnr - c1r) / span
     train_round, train_cpu_round = (twn - tw1) / span, (tcn - tc1) / span
     by_round = getattr(res, "traffic_by_round", None)
-    if by_round is None:  # a tree from before issue 16 (--root): the run's totals, round 1 included
+    if by_round is None:  # an older tree without per-round counts (--root): the run's totals, round 1 included
         by_round = [{k: (res.messages_by_kind[k], b) for k, b in res.bytes_by_kind.items()}]
         by_round = [{k: (n / rounds, b / rounds) for k, (n, b) in by_round[0].items()}] * rounds
     traffic = _per_round(by_round)
@@ -188,7 +188,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="training workers (0: in-process, so training can be timed)")
     ap.add_argument("--no-ledger", action="store_true", help="keep no results ledger (default: one in a temp dir)")
     ap.add_argument("--models-for-all", action="store_true",
-                    help="push every new model to every member (the traffic before issue 16 item 5; same ledger)")
+                    help="push every new model to every member (the traffic before outsiders got headers only; "
+                         "same ledger)")
     ap.add_argument("--blocks", action="store_true",
                     help="send members outside the next round whole blocks, not headers (same ledger)")
     ap.add_argument("--outsiders", choices=("blocks", "headers", "lazy"),

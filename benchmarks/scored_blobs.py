@@ -1,4 +1,4 @@
-"""What keeping every scored update costs, and the outlier margins the explorer marks by (issue 31 item 8).
+"""What keeping every scored update costs, and the outlier margins the explorer marks by.
 
     python benchmarks/scored_blobs.py [--scenario quickstart] [--rounds 30] [--out DIR]
 

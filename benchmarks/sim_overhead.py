@@ -1,6 +1,6 @@
 """Simulation overhead on W1: ``concilium sim`` against a plain PyTorch FedAvg loop, same run, same cores.
 
-Workload W1 (``../shared/notes/benchmarks.md``): scikit-learn digits scaled to [0, 1], 80/20 split with
+Workload W1 (``benchmarks/README.md``, "Reference workloads"): scikit-learn digits scaled to [0, 1], 80/20 split with
 seed 0, the train set split IID into 20 clients, MLP 64 → 64 → 10, ``torch.set_num_threads(1)``; each of
 30 rounds every client starts from the global model and takes 10 SGD steps (lr 0.05, batch 32, seeded
 sampling with replacement); the new model is the sample-weighted average; test accuracy once per round.
@@ -51,8 +51,9 @@ the plots), CPU seconds of it and all its descendants (``benchmarks.frameworks.m
     ``python -m concilium sim run scenario.toml --out DIR --quiet [--workers N]``: what a user runs.
 
 The **headline** is the whole-process wall ratio (concilium process / plain process, same CPUs), with the CPU
-ratio next to it. Goal (issue): wall ratio ≤ 1.15 with signatures, ledger and consensus on (the notes' target
-is 1.05). The job rows' ratios are printed too, each labelled with the cores it had busy.
+ratio next to it. Goal: wall ratio ≤ 1.15 with signatures, ledger and consensus on (the reference workload's
+target is 1.05: ``benchmarks/README.md``, W1). The job rows' ratios are printed too, each labelled with the cores
+it had busy.
 
 ``--profile`` also runs the sim once under cProfile, prints the top functions by cumulative and by own
 time, and a table of buckets (training, signatures, encoding, hashing, SQLite/blob I/O, consensus, node
@@ -107,7 +108,7 @@ from sim import RngTree  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "coordinator_fedavg.toml"
 
-# W1, as in ../shared/notes/benchmarks.md (checked against the scenario file in check_scenario()).
+# W1, as in benchmarks/README.md (checked against the scenario file in check_scenario()).
 CLIENTS = 20
 STEPS = 10
 BATCH = 32
@@ -544,7 +545,8 @@ def main() -> None:
     ap.add_argument("--no-inprocess", action="store_true", help="skip the in-process (workers=0) sim row")
     ap.add_argument("--no-process", action="store_true", help="skip the whole-process rows")
     ap.add_argument("--cpus", help="CPUs every row runs on, e.g. 0,1 (default: all this process may use)")
-    ap.add_argument("--clients", type=int, default=20, help="clients, all trained every round (W1: 20; issue 5's variant: 50)")
+    ap.add_argument("--clients", type=int, default=20,
+                    help="clients, all trained every round (W1: 20; the 50-client variant: 50)")
     args = ap.parse_args()
     global CLIENTS
     CLIENTS = args.clients

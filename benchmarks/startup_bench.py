@@ -1,4 +1,4 @@
-"""Start-up benchmark (issue 34 item 3): from launching ``concilium node start`` to the node's ``started`` line.
+"""Start-up benchmark: from launching ``concilium node start`` to the node's ``started`` line.
 
 Goal: at most 3 s from launch to ``started`` on the 2-core development machine.
 

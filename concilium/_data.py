@@ -1,4 +1,4 @@
-"""``concilium data split``: materialized partitions, one directory per member (issue 33 item 3), and the helper
+"""``concilium data split``: materialized partitions, one directory per member, and the helper
 ``testnet init|local`` use to give each node its own data through the same local-data interface.
 
 A split folder::

@@ -131,7 +131,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     # the app the genesis pins: --app, or the node config's, or an installed one of that name; another is refused
     # here, at start, with both digests, before it is imported (a validator with other code could never agree)
     load_pinned_app(genesis.protocol.params, args.app or cfg.app or None, what=str(cfg.genesis))
-    # the node's own device (issue 33 item 4), checked here at start
+    # the node's own device, checked here at start
     dev = resolve_device(args.device or cfg.device or "auto", "--device" if args.device else (args.config or "--device"))
     data = cfg.data
     try:
@@ -303,7 +303,7 @@ def cmd_testnet_local(args: argparse.Namespace) -> int:
     ok = summary["all_verified"] and summary["same_head"] and summary["rounds"] == summary["rounds_wanted"]
     if not ok and summary["rounds"] == summary["rounds_wanted"] and summary["ledgers"] and all(
             led.get("status") == "not_reexecuted" for led in summary["ledgers"]):
-        return EXIT_NOT_REEXECUTED  # valid chains whose rounds could not be re-executed here (issue 32 item 3)
+        return EXIT_NOT_REEXECUTED  # valid chains whose rounds could not be re-executed here (never an OK)
     return EXIT_OK if ok else EXIT_INVALID
 
 

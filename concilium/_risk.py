@@ -1,5 +1,5 @@
 """The committee-risk check of ``concilium genesis create`` and ``concilium testnet init``, and ``concilium genesis
-risk`` (issue 31 item 2): the probability that a fairly drawn committee holds a Byzantine quorum over the run
+risk``: the probability that a fairly drawn committee holds a Byzantine quorum over the run
 (``consensus.committee_risk``), printed, and a genesis over the budget refused unless ``--accept-risk``.
 
 The assumptions come from flags, else (``testnet init``) the scenario's ``[risk]`` table, else the defaults: a
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 RISK_ROUNDS_DEFAULT = 1000
-"""The rounds a genesis that runs until stopped (``fl_rounds = 0``) is checked over (issue 31's 1,000 rounds)."""
+"""The rounds a genesis that runs until stopped (``fl_rounds = 0``) is checked over (1,000 rounds)."""
 REDRAWS_MAX = 1_000_000
 
 

@@ -499,7 +499,7 @@ class LocalTestnet:
         from sim import ledger_verdict  # noqa: PLC0415
 
         out = self.out
-        for m in self.metrics:  # the members' own validation accuracies beside the public one (issue 33 item 6)
+        for m in self.metrics:  # the members' own validation accuracies beside the public one
             local = {f"local_accuracy_n{w.files.index}": w.local.get(m["fl_round"], math.nan) for w in self.nodes}
             seen = [v for v in local.values() if not math.isnan(v)]
             m["local_accuracy_mean"] = sum(seen) / len(seen) if seen else math.nan

@@ -1,7 +1,7 @@
 """The ``concilium`` command line.
 
-Departure from DESIGN.md ("node/ ... CLI"): the entry point lives in this thin top-level package
-because it must dispatch both to ``node`` (keys, genesis, running a peer) and to ``sim`` (``concilium
+Departure from docs/design.md (its layout puts the CLI in ``node/``): the entry point lives in this thin top-level
+package because it must dispatch both to ``node`` (keys, genesis, running a peer) and to ``sim`` (``concilium
 sim run``), and the layering forbids ``node`` from importing ``sim``. Command logic stays in the
 layers; this module only parses arguments, prints, and maps errors to exit codes:
 
@@ -78,7 +78,7 @@ __all__ = ["main"]
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 0, 1, 2, 130, 141, 143
 EXIT_NOT_REEXECUTED = 3
-"""``ledger verify`` (and ``sim run``): a valid chain whose rounds could not be re-executed here (issue 32 item 3)."""
+"""``ledger verify`` (and ``sim run``): a valid chain whose rounds could not be re-executed here (never an OK)."""
 PROOF_BYTES_MAX = 1 << 20
 """An inclusion proof is a header, a commitment and log2(leaves) hashes: a few KiB."""
 
@@ -430,7 +430,7 @@ def cmd_ledger_verify_proof(args: argparse.Namespace) -> int:
     if not isinstance(doc, dict) or doc.get("format") != "concilium-inclusion-proof/1" or not isinstance(doc.get("proof"), str):
         raise CliError(f"{p}: not a concilium inclusion proof")
     try:
-        proof = InclusionProof.decode(bytes.fromhex(doc["proof"]))  # type: ignore[attr-defined]
+        proof = InclusionProof.decode(bytes.fromhex(doc["proof"]))
     except ValueError:
         raise CliError(f"{p}: proof is not hex") from None
     except LedgerError as e:
@@ -483,7 +483,8 @@ def cmd_ledger_serve(args: argparse.Namespace) -> int:
 def cmd_ledger_demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sim import LedgerDemo, results_folder
+    from ledger.testing import LedgerDemo
+    from sim import results_folder
 
     # every bound before any key is derived or anything is written
     if args.committee_size > args.members:

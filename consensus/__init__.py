@@ -1,9 +1,9 @@
 """concilium's consensus: the pBFT replica, CMFL committee selection/election, coordinator choice, evidence.
 
-Sans-I/O and deterministic (DESIGN.md "State machines, not callbacks"): a :class:`Replica` consumes
+Sans-I/O and deterministic (docs/design.md, "State machines, not callbacks"): a :class:`Replica` consumes
 messages (:meth:`Replica.step`), ticks (:meth:`Replica.tick`) and proposals (:meth:`Replica.propose`)
 and returns effects; it imports only the standard library and :mod:`ledger`. The committee functions
-are pure arithmetic over the score rows a proposal carries (seed_003 §2); the committee risk (:func:`committee_risk`,
+are pure arithmetic over the score rows a proposal carries (CMFL, Che et al., TPDS 2022); the committee risk (:func:`committee_risk`,
 :func:`recommend_committee`) is exact arithmetic over the hypergeometric law. A deterministic cluster
 harness for tests and simulations is in :mod:`consensus.testing`.
 """

@@ -183,6 +183,20 @@ def default_replica_config() -> ReplicaConfig:
     )
 
 
+def _cluster_genesis(keys: Sequence[KeyPair], *, size: int, quorum: str, redraw_ticks: int | None) -> Genesis:
+    """The genesis of a cluster: its members' keys, a committee of ``size``, the default timeouts."""
+    return Genesis(
+        chain_id=CHAIN_ID,
+        genesis_time_ms=0,
+        members=tuple(Member(peer_id=k.peer_id, public_key=k.public_key) for k in keys),
+        protocol=ProtocolParams(
+            mode=COMMITTEE_MODE, algorithm="cluster", committee_size=size, quorum=quorum, timeouts=Timeouts(tick_ms=TICK_MS),
+            params={} if redraw_ticks is None else {"redraw_ticks": redraw_ticks},
+        ),
+        model=ModelSpec(name="cluster", digest=sha256(b"cluster-model-0")),
+    )
+
+
 class Cluster:
     """``members`` replicas (committee of ``size``), a seeded faulty network and Byzantine members.
 
@@ -273,16 +287,7 @@ class Cluster:
             raise ValueError(f"late_inputs must be >= 0, got {late_inputs}")
         self.late_inputs = late_inputs
         self._judged: dict[tuple[str, int, bytes], int] = {}  # (member, height, block hash) -> tick first judged
-        self.genesis = Genesis(
-            chain_id=CHAIN_ID,
-            genesis_time_ms=0,
-            members=tuple(Member(peer_id=k.peer_id, public_key=k.public_key) for k in keys),
-            protocol=ProtocolParams(
-                mode=COMMITTEE_MODE, algorithm="cluster", committee_size=size, quorum=quorum, timeouts=Timeouts(tick_ms=TICK_MS),
-                params={} if redraw_ticks is None else {"redraw_ticks": redraw_ticks},
-            ),
-            model=ModelSpec(name="cluster", digest=sha256(b"cluster-model-0")),
-        )
+        self.genesis = _cluster_genesis(keys, size=size, quorum=quorum, redraw_ticks=redraw_ticks)
         self.ctx = ChainContext(self.genesis)
         self.rotate = rotate
         if epoch < 1:
@@ -294,6 +299,16 @@ class Cluster:
         self.resume = resume
         self.proposal_requests: list[tuple[str, int, int]] = []
         self.config = config if config is not None else default_replica_config()
+        self._init_network()
+        self._init_invariants()
+        self.replicas: dict[str, Replica] = {}
+        for p in self.peers:
+            self.replicas[p] = self._new_replica(p, genesis_state(self.ctx), None)
+        for p in self.peers:
+            self._apply(p, self.replicas[p].start())
+
+    def _init_network(self) -> None:
+        """The network's state (time, crashes, cuts, messages in flight) and its accounting."""
         self.now = 0
         self.events = 0
         self.crashed: set[str] = set()
@@ -301,12 +316,13 @@ class Cluster:
         self.queue: list[_InFlight] = []
         self._seq = 0
         self._decoded: dict[bytes, Message] = {}
-        # accounting
         self.sent: Counter[str] = Counter()
         self.sent_bytes: Counter[str] = Counter()
         self.delivered = 0
         self.lost = 0
-        # invariant state
+
+    def _init_invariants(self) -> None:
+        """What the invariant checks remember (:meth:`check_invariants`)."""
         self.chains: dict[str, list[Block]] = {p: [] for p in self.peers}
         self._checked: dict[str, int] = {p: 0 for p in self.peers}
         self._verified: dict[tuple[bytes, bytes], ChainState] = {}  # (prev hash, block hash + certificate)
@@ -325,11 +341,6 @@ class Cluster:
         """Each member's last :meth:`Replica.durable` record: its vote log on disk."""
         self._persisted_version: dict[str, int] = {}
         self.restarts = 0
-        self.replicas: dict[str, Replica] = {}
-        for p in self.peers:
-            self.replicas[p] = self._new_replica(p, genesis_state(self.ctx), None)
-        for p in self.peers:
-            self._apply(p, self.replicas[p].start())
 
     def _new_replica(self, peer: str, state: ChainState, restore: bytes | None) -> Replica:
         validate = self._validator(peer) if peer in self.honest else (lambda proposal: None)
@@ -689,7 +700,7 @@ class Cluster:
                 message = self._forge(src, message)
             if b.behaviour == "equivocate" and message.kind == KIND_VIEW_CHANGE:
                 message = self._lie_in_view_change(src, b, message)
-        data = message.encode()  # type: ignore[attr-defined]
+        data = message.encode()
         kind = message.kind
         drop = self.faults.drop
         for k, p in self.faults.drop_kind:
@@ -746,7 +757,7 @@ class Cluster:
         if m is None:
             if len(self._decoded) >= 4096:
                 self._decoded.clear()
-            m = self._decoded[data] = Message.decode(data)  # type: ignore[attr-defined]
+            m = self._decoded[data] = Message.decode(data)
         return m
 
     def _deliver(self, m: _InFlight) -> None:
@@ -828,7 +839,7 @@ class Cluster:
         first = self.decided.setdefault(h, bh)
         if first != bh:
             self._fail(f"agreement: {peer} decided {bh.hex()[:16]} at height {h}, another honest replica {first.hex()[:16]}")
-        key = (before.head_hash, bh + block.certificate.encode())  # type: ignore[attr-defined]
+        key = (before.head_hash, bh + block.certificate.encode())
         after = self._verified.get(key)
         if after is None:
             try:

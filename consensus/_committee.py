@@ -1,21 +1,21 @@
 """CMFL committee mechanism and committee/coordinator choice: pure functions over plain numbers.
 
-seed_003 (CMFL, Che et al., TPDS 2022) §1.3 sizes, §2.2 scoring, §2.3 selection, §2.4 election, §2.7
-reference round, §2.8.3 determinism, §2.8.4 equivocation, §2.8.6 median hardening. The learning layer
+CMFL (Che et al., "A Decentralized Federated Learning Framework via Committee Mechanism with Convergence
+Guarantee", TPDS 2022): set sizes, scoring, selection and election, made deterministic. The learning layer
 computes each committee member's squared distances ``d[c][k] = ‖Δ_k − Δ_c‖²`` (eq. 7's denominator);
 the member signs them as a *score row*; this module combines the rows *included in the proposal*
 (never a replica's private view) into scores, ranks, selects and elects, deterministically.
 
-Paper [P] vs authors' code [C], and what is implemented here ([R], the spec's recommendation):
+The paper [P] vs the authors' code [C], and the rule implemented here [R] where they differ or leave a choice:
 
 * Score: eq. 8, ``P_k = C' / Σ_c d[c][k]`` (1 / mean squared distance over the ``C'`` rows that scored
-  ``k``), or the hardened ``P_k = 1 / median_c d[c][k]`` (§2.8.6). [C]'s sum of per-layer non-squared
-  norms of *models* is not implemented. Sums are ``math.fsum`` (exactly rounded, so independent of order)
-  in float64, floored at ``distance_floor`` (§8 item 5: identical vectors).
+  ``k``), or the hardened ``P_k = 1 / median_c d[c][k]`` (which a minority of rows cannot move). [C]'s sum of per-layer
+  non-squared norms of *models* is not implemented. Sums are ``math.fsum`` (exactly rounded, so independent of order)
+  in float64, floored at ``distance_floor`` (identical vectors: no ``1/0``).
 * Selection I = the ``m`` highest scores, ties by id (key ``(−P, id)``); Selection II = the ``m`` lowest,
-  key ``(P, id)`` (§2.3 [R]; §2.7's ``ranked[::-1][:m]`` would break ties by *descending* id).
+  key ``(P, id)`` ([R]; a reversed ranking, ``ranked[::-1][:m]``, would break ties by *descending* id).
 * Election: the middle window ``ranked[(n−C)//2 : (n−C)//2 + C]`` of the ranking by score descending,
-  whatever the selection strategy (§2.4 [R]; [C] uses the reversed list under Selection II, one
+  whatever the selection strategy ([R]; [C] uses the reversed list under Selection II, one
   position lower when ``n − C`` is odd). ``n`` here is the number of clients actually scored; if fewer
   than ``C`` were scored the committee stays in office (a documented project rule: no rotation into a
   smaller committee).
@@ -23,11 +23,11 @@ Paper [P] vs authors' code [C], and what is implemented here ([R], the spec's re
   ``m = max(1, round_half_up(α·n))`` ([R]; ``alpha_base="active"`` gives [C]'s ``α·N_act``), with
   ``round_half_up(x) = ⌊x + 0.5⌋`` (never Python's banker's ``round``); ``C ≤ n`` (ω ≤ 50 %).
 * Training clients: ``n`` of the non-committee members, ranked by ``H(domain ‖ genesis_hash ‖ height ‖ id)``
-  (verifiable by anyone, and unbiasable: nothing a proposer puts in a block feeds it, issue 31; [P]/[C] draw
+  (verifiable by anyone, and unbiasable: nothing a proposer puts in a block feeds it; [P]/[C] draw
   them with a local ``random.sample``; ``docs/sampling.md``). The ``"draw"``
   sampling rule (:data:`SAMPLING_RULES`) draws them instead, in ``O(n)`` hashes rather than one per member.
 * Equivocating training clients (two different signed digests for one round in two rows) are excluded
-  and the pair of signed commitments is ledger evidence (§2.8.4).
+  and the pair of signed commitments is ledger evidence.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-# --- sizes (seed_003 §1.3) -----------------------------------------------------------------------
+# --- sizes (CMFL's rates) ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,7 +137,7 @@ def committee_sizes(
     aggregation_rate: float = 0.4,
     alpha_base: str = "training",
 ) -> CommitteeSizes:
-    """Set sizes from ``(K, act, ω, α)``, seed_003 §1.3 [R].
+    """Set sizes from ``(K, act, ω, α)``, CMFL's member count and rates ([R] in the module docstring).
 
     Examples
     --------
@@ -171,7 +171,8 @@ class CmflParams:
     """What a CMFL round needs to decide, agreed in the genesis (``protocol.params``).
 
     ``rows_min``: score rows a proposal must include, and rows that must score a client for it to be
-    ranked (seed_003 §2.8.4 [R]: any ``q``; paper mode: all ``C``).
+    ranked ([R]: any ``q``, so a round does not wait for the ``C - q`` members that may be silent; paper mode: all
+    ``C``).
     """
 
     committee_size: int
@@ -311,21 +312,21 @@ def _sample(
         if not least <= k <= eligible:
             raise CommitteeConfigError(what(eligible))
         return _drawn(domain, seed, pool, k, excluded)
-    pool = sorted(set(members) - set(exclude))
-    if not least <= k <= len(pool):
-        raise CommitteeConfigError(what(len(pool)))
-    return tuple(sorted(_ranked_by_hash(domain, seed, pool)[:k]))
+    candidates = sorted(set(members) - set(exclude))
+    if not least <= k <= len(candidates):
+        raise CommitteeConfigError(what(len(candidates)))
+    return tuple(sorted(_ranked_by_hash(domain, seed, candidates)[:k]))
 
 
 def sample_training_clients(
     members: Sequence[str], committee: Sequence[str], chain_seed: bytes, height: int, n: int, *, rule: str = "rank"
 ) -> tuple[str, ...]:
-    """``S_b^t``: ``n`` non-committee members drawn by a hash of ``chain_seed`` and the height (seed_003 §2.1,
-    §2.8.3).
+    """``S_b^t``: ``n`` non-committee members drawn by a hash of ``chain_seed`` and the height (CMFL's random
+    sample of clients, made verifiable: every replica and the auditor draw the same).
 
     ``chain_seed`` is the genesis hash (or a genesis ``sampling_seed``'s hash), never the previous block's hash,
-    which a proposer could grind (issue 31). The previous committee is eligible again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns
-    sorted ids.
+    which a proposer could grind (try block contents until the sample suits it). The previous committee is eligible
+    again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns sorted ids.
     """
     seed = chain_seed + struct.pack(">Q", height)
     return _sample(_TRAINING_DOMAIN, seed, members, committee, n, rule=rule, least=0,
@@ -337,7 +338,7 @@ def sample_committee(
 ) -> tuple[str, ...]:
     """A committee of ``size`` members ranked by ``H(domain ‖ seed ‖ id)``, skipping ``exclude``.
 
-    Coordinator mode's validators (DESIGN.md: sampled with the round's unbiasable seed, a hash of the genesis and
+    Coordinator mode's validators (docs/design.md: sampled with the round's unbiasable seed, a hash of the genesis and
     the height, or fixed per epoch; with ``committee_epoch`` the block that ends an epoch names the next one,
     ``node._rounds.RoundRules.next_committee_coordinator``). ``exclude`` holds members known not to be live
     (e.g. with evidence against them), so the coordinator - the primary of this committee - is always
@@ -358,7 +359,7 @@ def coordinator(committee: Sequence[str], chain_seed: bytes, height: int, view: 
     return primary(committee, chain_seed, height, view)
 
 
-# --- score rows (CCP step 1) ---------------------------------------------------------------------
+# --- score rows (docs/design.md, committee mode step 4) ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +367,7 @@ class ScoreRow:
     """A committee member's signed row for one round.
 
     ``distances[k] = ‖Δ_k − Δ_c‖²`` for each training client ``k`` the member scored; ``updates[k]`` is
-    ``k``'s signed commitment the member scored (so digests can be cross-checked, §2.8.4);
+    ``k``'s signed commitment the member scored (so digests can be cross-checked: two different ones are equivocation);
     ``reference`` is the digest of the member's own update.
     """
 
@@ -419,7 +420,7 @@ def parse_score_row(msg: SignedMessage) -> ScoreRow:
     updates: dict[str, UpdateCommitment] = {}
     for k in sorted(d):
         x = d[k]
-        if type(x) is not float or not math.isfinite(x) or x < 0:  # seed_003 §7.8 item 10
+        if type(x) is not float or not math.isfinite(x) or x < 0:  # (a NaN, an inf or a negative one breaks the ranking)
             raise _bad_row(f"distance of {k!r:.60} must be a finite float >= 0, got {x!r:.40}")
         distances[k] = x
         u = ups[k]
@@ -436,7 +437,7 @@ def score_row_blobs(attestations: Sequence[SignedMessage]) -> tuple[tuple[str, s
     """``(member, whose, digest)`` for every blob the score rows among ``attestations`` name: each row's
     reference (``whose`` = the member: its own update, what its distances are measured from) and each update
     it scored (``whose`` = the client). These are the blobs an audit needs to recompute every row, so a
-    committed block's store keeps them all, not only the accepted updates (DESIGN.md "Ledger"). Rows that do
+    committed block's store keeps them all, not only the accepted updates (docs/design.md, "Ledger"). Rows that do
     not parse are skipped (a committed block's rows all parse); a digest named twice is listed once, for the
     first row (by member) that names it."""
     out: list[tuple[str, str, bytes]] = []
@@ -464,7 +465,7 @@ class ForgedScoreRow(RemoteProtocolError):
     """A committee member signed a score row that no honest member signs: a malformed one, or one carrying an
     update commitment its client did not sign (e.g. the client's digest or ``n_samples`` changed, the client's
     old signature kept). Provable from the row alone, so it carries ledger ``evidence`` against the *member*
-    (kind ``"invalid_score_row"``): the client whose commitment was altered is never blamed (§2.8.4)."""
+    (kind ``"invalid_score_row"``): the client whose commitment was altered is never blamed."""
 
     def __init__(self, evidence: Evidence) -> None:
         super().__init__("forged_score_row", evidence.reason)
@@ -513,7 +514,7 @@ def _row_evidence(msg: SignedMessage, reason: str) -> Evidence:
     )
 
 
-# --- scores, selection, election (seed_003 §2.2-2.4) ------------------------------------------------
+# --- scores, selection, election (CMFL) ----------------------------------------------------------
 
 
 def combine_scores(
@@ -527,7 +528,8 @@ def combine_scores(
     """Final scores ``P_k`` of the clients scored by at least ``rows_min`` of ``rows``.
 
     ``"mean"`` (eq. 8): ``P_k = C' / max(Σ_c d[c][k], floor)``, the harmonic mean of eq. 7's
-    ``P_k^c = 1/d[c][k]`` over the ``C'`` rows that scored ``k``. ``"median"`` (§2.8.6):
+    ``P_k^c = 1/d[c][k]`` over the ``C'`` rows that scored ``k``. ``"median"`` (hardened:
+    a minority of rows cannot move it):
     ``P_k = 1 / max(median_c d[c][k], floor)`` (mean of the two middle values for even ``C'``).
     Higher = closer to the committee. Deterministic: exactly rounded sums, sorted medians, float64.
     """
@@ -555,7 +557,7 @@ def rank_clients(scores: Mapping[str, float]) -> tuple[str, ...]:
 
 def select_clients(scores: Mapping[str, float], m: int, strategy: str) -> tuple[str, ...]:
     """``S_a``: Selection I = the ``m`` highest scores (key ``(−P, id)``), II = the ``m`` lowest
-    (key ``(P, id)``), seed_003 §2.3 [R]. Returns sorted ids."""
+    (key ``(P, id)``) [R]. Returns sorted ids."""
     if strategy == "I":
         order = sorted(scores, key=lambda k: (-scores[k], k))
     elif strategy == "II":
@@ -566,7 +568,7 @@ def select_clients(scores: Mapping[str, float], m: int, strategy: str) -> tuple[
 
 
 def election_window(n: int, c: int) -> tuple[int, int]:
-    """``[start, stop)`` of the elected committee in a ranking of ``n``: the middle ``c`` (§2.4).
+    """``[start, stop)`` of the elected committee in a ranking of ``n``: the middle ``c`` ([R]).
 
     ``start = (n − c) // 2`` equals [C]'s ``int(n/2 − c/2)`` for ``c <= n``.
     """
@@ -577,7 +579,7 @@ def election_window(n: int, c: int) -> tuple[int, int]:
 
 
 def elect_committee(ranked: Sequence[str], c: int) -> tuple[str, ...]:
-    """``S_c^{t+1}``: the middle window of the ranking by score descending (§2.4 [R]). Sorted ids."""
+    """``S_c^{t+1}``: the middle window of the ranking by score descending ([R]). Sorted ids."""
     start, stop = election_window(len(ranked), c)
     return tuple(sorted(ranked[start:stop]))
 
@@ -606,7 +608,8 @@ def decide_round(
     committee: Sequence[str],
     params: CmflParams,
 ) -> CmflDecision:
-    """Scores, ``S_a^t`` and ``S_c^{t+1}`` from the score rows of a proposal (seed_003 §2.7, §2.8.3-4).
+    """Scores, ``S_a^t`` and ``S_c^{t+1}`` from the score rows of a proposal: a pure function of them, so every
+    replica and the auditor reach the same decision.
 
     ``rows`` must come from distinct committee members (RemoteProtocolError otherwise) and must have passed
     :func:`verify_score_row` (the member's signature and every client commitment's): two different
@@ -657,7 +660,7 @@ def decide_round(
 
 
 def update_equivocation_evidence(a: UpdateCommitment, b: UpdateCommitment) -> Evidence:
-    """Ledger evidence that a training client signed two different updates for one round (§2.8.4).
+    """Ledger evidence that a training client signed two different updates for one round.
 
     An update commitment's signature covers ``sign_bytes(chain, "update", fl_round, 0, body)``, so
     each is a ``SignedMessage`` of kind ``"update"`` and the pair passes ``ledger.check_evidence``.
@@ -669,7 +672,7 @@ def update_equivocation_evidence(a: UpdateCommitment, b: UpdateCommitment) -> Ev
             SignedMessage(signer=u.peer, kind="update", height=u.fl_round, view=0, body=u.signed_body(), signature=u.signature)
             for u in (a, b)
         ),
-        key=lambda m: m.encode(),  # type: ignore[attr-defined]
+        key=lambda m: m.encode(),
     )
     return Evidence(
         kind="equivocation",
@@ -685,7 +688,7 @@ def update_equivocation_evidence(a: UpdateCommitment, b: UpdateCommitment) -> Ev
 
 
 def cmfl_record(decision: CmflDecision, *, training: Sequence[str], params: CmflParams) -> dict[str, Any]:
-    """``payload.record`` of a CMFL round (seed_003 §2.8.5); scores are re-derived, not stored."""
+    """``payload.record`` of a CMFL round; scores are re-derived from the rows, not stored."""
     return {
         "accepted": list(decision.accepted),
         "aggregation_size": params.aggregation_size,

@@ -22,7 +22,8 @@ Hierarchy (documented once, as httpx does)::
 
 ``RemoteProtocolError.reason`` is a short snake_case code (``"bad_signature"``, ``"stale_view"``, ...)
 so that drops can be counted; ``str(error)`` says what exactly was wrong. Anything else escaping
-``consensus`` is a bug in concilium (STYLE.md, "Validate in two stages").
+``consensus`` is a bug in concilium: a peer's fault is a ``RemoteProtocolError`` (dropped and counted, never
+fatal), our own a ``LocalProtocolError`` or an ``AssertionError`` (it crashes).
 """
 
 from __future__ import annotations

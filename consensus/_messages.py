@@ -1,7 +1,7 @@
 """pBFT wire messages: one envelope, signed bodies over canonical values, stateless parsing at the edge.
 
 Every pBFT message is a :class:`ledger.SignedMessage` whose signature covers
-``sign_bytes(chain_id, kind, height, view, body)`` over a canonical ``body`` (seed_003 §2.8.2 table):
+``sign_bytes(chain_id, kind, height, view, body)`` over a canonical ``body``:
 
 ============== ============================================ ========================================
 kind           body                                          travels with
@@ -61,6 +61,7 @@ from ledger import (
     by_identity,
     sign_bytes,
 )
+from ledger import Record
 from ledger import record as _record
 
 from consensus._errors import RemoteProtocolError
@@ -118,7 +119,7 @@ _EMBEDDED_MAX = 10_000  # ledger.MEMBERS_MAX: no list in a message can name more
 
 @_record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Message:
+class Message(Record):
     """The one wire type between replicas: a signed pBFT message (with its payload), or a decided block.
 
     ``encode()`` gives canonical bytes; ``Message.decode(data, bytes_max=MESSAGE_BYTES_MAX)`` is strict.
@@ -185,8 +186,8 @@ class PreparedProof:
 
     def to_value(self) -> dict[str, Any]:
         return {
-            "pre_prepare": self.pre_prepare.signed.to_value(),  # type: ignore[attr-defined]
-            "prepares": [p.to_value() for p in self.prepares],  # type: ignore[attr-defined]
+            "pre_prepare": self.pre_prepare.signed.to_value(),
+            "prepares": [p.to_value() for p in self.prepares],
         }
 
 
@@ -268,7 +269,7 @@ def _digest(v: Any, what: str) -> bytes:
 
 def _signed(v: Any, what: str) -> SignedMessage:
     try:
-        return SignedMessage.from_value(_thaw(v))  # type: ignore[attr-defined]
+        return SignedMessage.from_value(_thaw(v))
     except DecodeError as e:
         raise _malformed(f"{what}: {e}") from None
 
@@ -285,7 +286,7 @@ def _pre_prepare(signed: SignedMessage, payload: Payload | None, *, need_payload
         raise _malformed(f"expected a pre_prepare, got {signed.kind}")
     body = _body(signed, frozenset({"header"}))
     try:
-        header = BlockHeader.from_value(_thaw(body["header"]))  # type: ignore[attr-defined]
+        header = BlockHeader.from_value(_thaw(body["header"]))
     except DecodeError as e:
         raise _malformed(f"pre_prepare header: {e}") from None
     if header.height != signed.height:
@@ -427,8 +428,8 @@ def _decided_header(signed: SignedMessage) -> DecidedHeader:
 def _parse_decided_header(signed: SignedMessage) -> DecidedHeader:
     body = _body(signed, frozenset({"header", "certificate"}))
     try:
-        header = BlockHeader.from_value(_thaw(body["header"]))  # type: ignore[attr-defined]
-        cert = Certificate.from_value(_thaw(body["certificate"]))  # type: ignore[attr-defined]
+        header = BlockHeader.from_value(_thaw(body["header"]))
+        cert = Certificate.from_value(_thaw(body["certificate"]))
     except DecodeError as e:
         raise _malformed(f"decided_header: {e}") from None
     if header.height != signed.height or cert.height != header.height:
@@ -453,7 +454,7 @@ def sign_signed(key: KeyPair, chain_id: str, kind: str, height: int, view: int, 
 def pre_prepare_message(
     key: KeyPair, chain_id: str, height: int, view: int, header: BlockHeader, payload: Payload
 ) -> Message:
-    body = {"header": header.to_value()}  # type: ignore[attr-defined]
+    body = {"header": header.to_value()}
     return Message(signed=sign_signed(key, chain_id, KIND_PRE_PREPARE, height, view, body), payload=payload)
 
 
@@ -484,8 +485,8 @@ def new_view_message(
     payload: Payload | None,
 ) -> Message:
     body = {
-        "view_changes": [vc.to_value() for vc in sorted(view_changes, key=lambda m: m.signer)],  # type: ignore[attr-defined]
-        "pre_prepare": None if pre_prepare is None else pre_prepare.to_value(),  # type: ignore[attr-defined]
+        "view_changes": [vc.to_value() for vc in sorted(view_changes, key=lambda m: m.signer)],
+        "pre_prepare": None if pre_prepare is None else pre_prepare.to_value(),
     }
     return Message(
         signed=sign_signed(key, chain_id, KIND_NEW_VIEW, height, view, body),
@@ -516,5 +517,5 @@ def decided_header_message(
         header, certificate = block.header, block.certificate
     if header is None or certificate is None:
         raise ValueError("decided_header_message needs a block, or a header and its certificate")
-    body = {"header": header.to_value(), "certificate": certificate.to_value()}  # type: ignore[attr-defined]
+    body = {"header": header.to_value(), "certificate": certificate.to_value()}
     return Message(signed=sign_signed(key, chain_id, KIND_HEADER, header.height, certificate.view, body))

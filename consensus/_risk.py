@@ -1,6 +1,6 @@
 """Committee risk: how likely a fairly drawn committee is to hold a Byzantine quorum, or enough seats to block one,
-over a run, and the smallest committee that keeps that under a budget (issue 31 item 2; DESIGN.md: "Committee sizes
-come from a risk budget").
+over a run, and the smallest committee that keeps that under a budget (docs/design.md: "Committee sizes come from
+a risk budget").
 
 The model. ``N`` members of which ``B`` are Byzantine (:func:`byzantine_count`: ``B = ⌊f N⌋`` for an assumed
 fraction ``f``); a committee of ``C`` is drawn uniformly without replacement, so its Byzantine seats ``X`` follow the
@@ -20,7 +20,7 @@ How many draws a run makes (:func:`committee_draws`):
 
 * coordinator mode samples a fresh committee from every member for each epoch of ``committee_epoch`` heights (the
   genesis committee serves the first): ``⌈rounds / epoch⌉`` draws. The samples are uniform and independent as far as
-  the hash is a random oracle and no member can grind it (issue 31 item 1); members excluded from a sample (evidence against them) do not raise ``B/N`` when
+  the hash is a random oracle and no member can grind it (it reads no bytes a member chooses); members excluded from a sample (evidence against them) do not raise ``B/N`` when
   they are Byzantine, but honest members excluded would, which this does not count.
 * committee mode (CMFL) draws only the genesis committee; every later one is *elected* from the round's scores,
   which Byzantine members can influence, so no hypergeometric tail bounds it. The figure is then that of the genesis
@@ -39,7 +39,7 @@ one more seat to lose), so a size above the smallest is not safe by that alone: 
 over the budget are skipped on a float estimate of the largest term of the tail (a lower bound on the risk, with
 a margin far above its rounding error); every size the answer depends on is computed exactly.
 
-Example: issue 31's figures, 7 of 100 members with 20 Byzantine, ``"bft"`` (``q = 5``), 1,000 draws::
+Example: 7 of 100 members with 20 Byzantine, ``"bft"`` (``q = 5``), 1,000 draws::
 
     >>> r = committee_risk(100, 20, 7, draws=1000)
     >>> round(float(r.safety_per_draw), 5), round(r.safety, 3), round(float(r.liveness_per_draw), 3)
@@ -71,10 +71,10 @@ __all__ = [
 ]
 
 RISK_BUDGET_DEFAULT = 1e-6
-"""The default budget for the safety risk over a run (issue 31: "default 1e-6 for safety")."""
+"""The default budget for the safety risk over a run: one run in a million may lose safety."""
 
 BYZANTINE_FRACTION_DEFAULT = 0.2
-"""The Byzantine fraction a genesis check assumes unless told otherwise: issue 31's 20 %. At 1/3, the most a ``bft``
+"""The Byzantine fraction a genesis check assumes unless told otherwise: 20 %. At 1/3, the most a ``bft``
 committee of all members tolerates, safety still has small committees (75 of 10,000 members over 1,000 rounds),
 but liveness needs almost every member on the committee (``recommend_committee(10000, 3333, 1000)``)."""
 

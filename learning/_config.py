@@ -1,7 +1,8 @@
 """The configuration boundary's toolkit, shared by every subpackage of ``learning``.
 
 Names (models, datasets, partitions, schedules, aggregators, attacks, availability models, strategies) are
-resolved only here, at the boundary, into frozen typed config dataclasses (STYLE.md "Registry"):
+resolved only here, at the boundary, into frozen typed config dataclasses (registries are explicit dicts filled by
+decorators; no lookup by attribute name):
 
 * :func:`register` fills a registry dict from a class decorator (``register_aggregator`` and friends wrap it);
 * :func:`spec_from_mapping` builds a spec dataclass from a TOML table, strictly; :func:`take_params` picks a

@@ -51,7 +51,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import Budget, by_identity, decode, encode, freeze, record, scan
+from ledger._encoding import Budget, Record, by_identity, decode, encode, freeze, record, scan
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -149,6 +149,7 @@ __all__ = [
     "Payload",
     "ProtocolParams",
     "PublicKeyCache",
+    "Record",
     "Reexecutor",
     "ReexecutionError",
     "SignatureError",

@@ -5,7 +5,7 @@ block, naming its height and the reason (Certificate Transparency's monitor, Com
 Re-execution of rounds plugs in through :class:`ledger.Reexecutor`; what it finds wrong with a signed input of an
 otherwise valid block (:class:`ledger.AuditFinding`: a lying score row) fails the audit too, without stopping it.
 
-Block times (issue 31 item 5). What an audit checks: every block's ``time_ms`` is at least the previous block's
+Block times. What an audit checks: every block's ``time_ms`` is at least the previous block's
 (the genesis time at height 1: a chain rule, :func:`ledger.apply_block`) and at most ``2^63 - 1`` (the header
 type); given the auditor's clock (``now_ms``; ``ledger verify`` passes the wall clock), at most the latest time of
 :func:`ledger.block_time_window` of it, ``now_ms + tick_ms + time_drift_ms``: every block was decided before the
@@ -40,7 +40,7 @@ from ledger._chain import (
     update_leaves,
     update_sign_bytes,
 )
-from ledger._encoding import record
+from ledger._encoding import Record, record
 from ledger._errors import ChainError, LedgerError, StoreError
 from ledger._merkle import inclusion_path, verify_inclusion
 from ledger._types import Block, BlockHeader, Certificate, Genesis, Payload, UpdateCommitment
@@ -227,7 +227,7 @@ def audit_chain(
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InclusionProof:
+class InclusionProof(Record):
     """One update commitment's inclusion in a certified block.
 
     ``prev_header``/``prev_payload`` are the block before (absent at height 1, where the committee is
@@ -288,7 +288,7 @@ def verify_proof(genesis: Genesis, proof: InclusionProof) -> str:
         update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
         what="update commitment",
     )
-    if not verify_inclusion(hd.updates_root, u.encode(), proof.index, proof.tree_size, proof.path):  # type: ignore[attr-defined]
+    if not verify_inclusion(hd.updates_root, u.encode(), proof.index, proof.tree_size, proof.path):
         raise ChainError(f"height {hd.height}: Merkle path does not lead to the header's updates root")
     if hd.height == 1:
         if proof.prev_header is not None or proof.prev_payload is not None:

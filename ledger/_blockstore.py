@@ -75,7 +75,7 @@ class MemoryBlockStore:
 
     def append(self, block: Block) -> None:
         check_append(self.height(), self.head_hash(), block)
-        self._raw.append(block.encode())  # type: ignore[attr-defined]
+        self._raw.append(block.encode())
         self._hashes.append(block.hash())
 
     def get_raw(self, height: int) -> bytes:
@@ -84,7 +84,7 @@ class MemoryBlockStore:
         return self._raw[height - 1]
 
     def get(self, height: int) -> Block:
-        return Block.decode(self.get_raw(height))  # type: ignore[attr-defined]
+        return Block.decode(self.get_raw(height))
 
     def iter_raw(self, start: int = 1) -> Iterator[tuple[int, bytes]]:
         for h in range(max(start, 1), len(self._raw) + 1):

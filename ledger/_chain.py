@@ -71,8 +71,8 @@ ATTEMPT_VIEWS = 1 << 32
 """Views per committee *attempt* at one height: attempt ``a`` holds views ``[a·2^32, (a+1)·2^32)``. Attempt 0 is the
 committee the previous block named; attempt ``a`` ≥ 1, a committee re-drawn from the genesis hash, the height and
 ``a`` (:meth:`ChainContext.view_committee`), which a height's replicas move to when it has not decided within
-``a`` times the genesis' ``redraw_ticks`` (issue 31 item 2: a committee that cannot reach quorum does not stall
-the chain for ever; ``docs/sampling.md``, "A committee that cannot reach quorum")."""
+``a`` times the genesis' ``redraw_ticks`` (a committee that cannot reach quorum does not stall the chain for
+ever; ``docs/sampling.md``, "A committee that cannot reach quorum")."""
 
 
 def attempt_of(view: int) -> int:
@@ -85,7 +85,7 @@ def quorum_size(n: int, rule: str = "bft") -> int:
 
     * ``"bft"``: more than two thirds, ``⌊2n/3⌋ + 1`` (= ``2f+1`` for ``n = 3f+1``; CometBFT's rule). Any
       two quorums intersect in more than ``n/3`` members, hence in an honest one while ``f < n/3``.
-    * ``"majority"``: ``⌊n/2⌋ + 1``, CMFL paper step 6 (seed_003 §2.5). Two quorums intersect in one
+    * ``"majority"``: ``⌊n/2⌋ + 1``, CMFL paper step 6 (cmfl spec §2.5). Two quorums intersect in one
       member only, which may be Byzantine: **not Byzantine-safe**.
     """
     if n < 1:
@@ -106,7 +106,7 @@ def _rank(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[str]:
 def genesis_committee(genesis: Genesis) -> tuple[str, ...]:
     """Committee that certifies block 1: ``committee_size`` members ranked by a hash of the genesis hash.
 
-    DESIGN.md "A round, committee mode" step 1: "genesis: derived from the genesis hash".
+    docs/design.md, "A round, committee mode", step 1: "at genesis derived from the genesis".
     """
     ranked = _rank(b"concilium-committee/v1", genesis.hash(), genesis.member_ids)
     return tuple(sorted(ranked[: genesis.protocol.committee_size]))
@@ -124,11 +124,11 @@ def redrawn_committee(genesis: Genesis, height: int, attempt: int, *, genesis_ha
 def primary(committee: Sequence[str], chain_seed: bytes, height: int, view: int) -> str:
     """The primary (proposer; the coordinator in coordinator mode) of ``(height, view)``.
 
-    ``committee[(PRF(chain_seed, height) + view) mod C]`` over the sorted committee (seed_003 §2.8.2), where
+    ``committee[(PRF(chain_seed, height) + view) mod C]`` over the sorted committee (cmfl spec §2.8.2), where
     ``chain_seed`` is the genesis hash (:attr:`ChainContext.genesis_hash`): verifiable by anyone, and a view change
-    moves to the next member. Nothing a proposer puts in a block feeds it (issue 31: a PRF of the previous block's
-    hash let a proposer grind its ``time_ms`` for the next primary), so a member's only influence on who proposes
-    is to abstain, which moves the height to its next view. See ``docs/sampling.md``.
+    moves to the next member. Nothing a proposer puts in a block feeds it (a PRF of the previous block's hash, the
+    former rule, let a proposer grind its ``time_ms`` for the next primary), so a member's only influence on who
+    proposes is to abstain, which moves the height to its next view. See ``docs/sampling.md``.
     """
     if not committee:
         raise ValueError("empty committee")
@@ -166,7 +166,7 @@ def sign_message(key: KeyPair, chain_id: str, kind: str, height: int, view: int,
 
 def update_leaves(updates: Sequence[UpdateCommitment]) -> list[bytes]:
     """Merkle leaves of a payload's update commitments: their canonical encodings, in payload order."""
-    return [u.encode() for u in updates]  # type: ignore[attr-defined]
+    return [u.encode() for u in updates]
 
 
 def make_header(
@@ -305,7 +305,7 @@ class ChainContext:
         """The committee that decides ``height`` (``state.height + 1``, or a later height of its epoch) in ``view``:
         ``state.committee`` in attempt 0 (:data:`ATTEMPT_VIEWS`), else the ``committee_size`` members ranked first
         by ``H("concilium-redraw/v1" ‖ genesis hash ‖ height ‖ attempt)``, sorted: a pure function of the genesis,
-        the height and the attempt, so that no member picks it (issue 31 item 1). Raises :class:`ChainError` for an
+        the height and the attempt, so that no member picks it. Raises :class:`ChainError` for an
         attempt ≥ 1 on a chain whose genesis has no ``redraw_ticks``."""
         a = view >> 32
         if a == 0:
@@ -335,8 +335,8 @@ def genesis_state(ctx: ChainContext) -> ChainState:
 
 
 def block_time_window(genesis: Genesis, clock_ms: int) -> tuple[int, int]:
-    """``(earliest, latest)``: the block times a validator whose clock reads ``clock_ms`` accepts in a fresh proposal
-    (issue 31 item 5), ``clock_ms ∓ (tick_ms + time_drift_ms)`` (the genesis' ``protocol.timeouts.tick_ms`` and
+    """``(earliest, latest)``: the block times a validator whose clock reads ``clock_ms`` accepts in a fresh proposal,
+    ``clock_ms ∓ (tick_ms + time_drift_ms)`` (the genesis' ``protocol.timeouts.tick_ms`` and
     ``protocol.time_drift_ms``). The tick is there because a node's clock counts whole ticks (``genesis_time_ms +
     tick × tick_ms``): two nodes whose clocks are just as right may read a tick apart. Not a chain rule: how far a
     validator's clock was from a block's time when it voted cannot be checked later (:func:`ledger.audit_chain`
@@ -647,7 +647,7 @@ def decode_block(data: bytes) -> tuple[Block, BlockDigests]:
     canonical bytes; this saves re-walking the block for each hash (the audit's hot path).
     """
     value = decode(data)
-    block = Block.from_value(value)  # type: ignore[attr-defined]
+    block = Block.from_value(value)
     hv, pv = value["header"], value["payload"]
     digests = BlockDigests(
         header_hash=hash_tagged(b"concilium-header/v1", msgpack.packb(hv, use_bin_type=True)),
@@ -666,5 +666,5 @@ class _NoBlobs:
 
 
 def content_digest(data: bytes) -> bytes:
-    """Digest of a blob = SHA-256 of its canonical bytes (DESIGN.md "Ledger")."""
+    """Digest of a blob = SHA-256 of its canonical bytes (docs/design.md, "Ledger")."""
     return sha256(data)

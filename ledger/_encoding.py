@@ -28,7 +28,13 @@ Typed records
 -------------
 :func:`record` turns a frozen dataclass into a wire type: ``to_value()`` gives the canonical value
 (a dict keyed by field name) and ``cls.from_value(v)`` rebuilds it with an exact field set and exact
-types, so a peer can never smuggle extra keys or a ``True`` where an ``int`` is expected.
+types, so a peer can never smuggle extra keys or a ``True`` where an ``int`` is expected. A record class
+also derives from :class:`Record`, which declares those methods for type checkers::
+
+    @record
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Vote(Record):
+        height: int
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import msgpack
 
@@ -50,6 +56,7 @@ __all__ = [
     "DEPTH_MAX",
     "Budget",
     "ENCODED_BYTES_MAX",
+    "Record",
     "Value",
     "by_identity",
     "decode",
@@ -397,6 +404,48 @@ def decode(data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | 
 
 T = TypeVar("T")
 
+
+class Record:
+    """Base of every :func:`record` class; it only tells type checkers what the decorator adds.
+
+    ``Vote.decode(data)`` is then a ``Vote`` and ``vote.encode()`` is ``bytes``, and a misspelt method is an
+    error. The methods themselves are the decorator's closures, set on each record class (so the base adds no
+    step to a call), and the base has no slot and no runtime attribute: it costs nothing on the hot paths, and
+    ``hasattr(tp, "_record_fields")`` still says whether ``tp`` went through :func:`record`.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        _record_fields: ClassVar[tuple[str, ...]]
+        """The field names, sorted (the order of the wire map)."""
+
+        def to_value(self) -> dict[str, Value]:
+            """The canonical value: a dict keyed by field name (nested records as dicts too)."""
+            ...
+
+        def encode(self) -> bytes:
+            """``encode(self.to_value())``, canonical bytes (remembered by identity for small records)."""
+            ...
+
+        @classmethod
+        def from_value(cls, v: Value) -> Self:
+            """Rebuild from a canonical value: exact field set, exact types; :class:`DecodeError` otherwise."""
+            ...
+
+        @classmethod
+        def decode(cls, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Self:
+            """``cls.from_value(decode(data, ...))``: strict, and only :class:`DecodeError` escapes."""
+            ...
+
+        def _to_canonical(self, depth: int = 0) -> dict[str, Value]: ...
+
+        @classmethod
+        def _from_value(cls, v: Value, path: _Path = "") -> Self: ...
+
+
+R = TypeVar("R", bound=Record)
+
 _ENCODED: dict[int, tuple[Any, bytes]] = {}
 """Identity memo of small records' encodings: records are frozen, and one block header, commitment or vote
 is hashed or signed by many code paths (and, in a simulation, by every node that shares the decoded
@@ -513,7 +562,7 @@ def _mapping_conv() -> _Conv:
     return to_v, from_v
 
 
-def _record_conv(cls: type) -> _Conv:
+def _record_conv(cls: Any) -> _Conv:
     def to_v(x: Any) -> Value:
         return x.to_value()
 
@@ -594,7 +643,8 @@ def _canon_for(tp: Any) -> Callable[[Any, int], Value]:
 def record(cls: type[T]) -> type[T]:
     """Class decorator: make a frozen dataclass a canonical wire record.
 
-    Adds ``to_value()``, ``encode()``, ``from_value(v)`` and ``decode(data)``. Fields are encoded as a
+    Adds ``to_value()``, ``encode()``, ``from_value(v)`` and ``decode(data)``; derive the class from
+    :class:`Record` so that type checkers see them (a class that does not still works). Fields are encoded as a
     map keyed by field name, so field order in the class does not matter for the bytes. Validation of
     field *values* (lengths, ranges) belongs in ``__post_init__`` raising ``ValueError``; that is
     reported as a :class:`DecodeError` when the record comes from bytes.
@@ -633,7 +683,7 @@ def record(cls: type[T]) -> type[T]:
         c = ensure()
         return {name: c[name][0](getattr(self, name)) for name in order}
 
-    def _from_value(klass: type, v: Any, path: _Path = "") -> Any:
+    def _from_value(klass: Any, v: Any, path: _Path = "") -> Any:
         path = path or klass.__name__
         c = ensure()
         if type(v) is not dict:
@@ -663,7 +713,7 @@ def record(cls: type[T]) -> type[T]:
         except (ValueError, TypeError) as e:
             raise DecodeError(f"{_path(path)}: {e}") from None
 
-    def from_value(klass: type, v: Any) -> Any:
+    def from_value(klass: Any, v: Any) -> Any:
         return klass._from_value(v, klass.__name__)
 
     def encode_self(self: Any) -> bytes:
@@ -678,24 +728,25 @@ def record(cls: type[T]) -> type[T]:
             memo[id(self)] = (self, out)
         return out
 
-    def decode_cls(klass: type, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Any:
+    def decode_cls(klass: Any, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Any:
         return klass._from_value(decode(data, bytes_max=bytes_max, budget=budget), klass.__name__)
 
-    cls._record_fields = tuple(order)  # type: ignore[attr-defined]
-    cls.to_value = to_value  # type: ignore[attr-defined]
-    cls._to_canonical = _to_canonical  # type: ignore[attr-defined]
-    cls._from_value = classmethod(_from_value)  # type: ignore[attr-defined]
-    cls.from_value = classmethod(from_value)  # type: ignore[attr-defined]
-    cls.encode = encode_self  # type: ignore[attr-defined]
-    cls.decode = classmethod(decode_cls)  # type: ignore[attr-defined]
+    target: Any = cls  # what Record declares, set here (a class not derived from Record gets them too)
+    target._record_fields = tuple(order)
+    target.to_value = to_value
+    target._to_canonical = _to_canonical
+    target._from_value = classmethod(_from_value)
+    target.from_value = classmethod(from_value)
+    target.encode = encode_self
+    target.decode = classmethod(decode_cls)
     return cls
 
 
-def encode_record(obj: Any) -> bytes:
+def encode_record(obj: Record) -> bytes:
     """``obj.encode()`` for any record (handy as a function)."""
     return obj.encode()
 
 
-def decode_record(cls: type[T], data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> T:
+def decode_record(cls: type[R], data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> R:
     """``cls.decode(data)`` for any record class (handy as a function)."""
-    return cls.decode(data, bytes_max=bytes_max, budget=budget)  # type: ignore[attr-defined]
+    return cls.decode(data, bytes_max=bytes_max, budget=budget)

@@ -14,7 +14,8 @@ Hierarchy (documented once, as httpx does)::
                                      inconsistent (a tampered genesis or index, an unreadable page)
 
 Every error raised for *peer* data is a ``LedgerError``; anything else escaping ``ledger`` is a bug in
-concilium itself (STYLE.md, "Validate in two stages").
+concilium itself: peer data is validated in two stages (stateless decoding and checks, then the stateful ones),
+and only a peer's fault is an error a caller handles.
 
 ``StoreError`` versus ``CorruptStoreError`` is the line between bad input and an invalid ledger (exit
 codes 2 and 1 of ``concilium ledger``): once a file carries the SQLite header and concilium's

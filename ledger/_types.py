@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ledger._crypto import DIGEST_BYTES, PUBLIC_KEY_BYTES, SIGNATURE_BYTES, hash_tagged
-from ledger._encoding import by_identity, encode, freeze, record
+from ledger._encoding import Record, by_identity, encode, freeze, record
 
 __all__ = [
     "CMFL_DISTANCE_FLOOR",
@@ -50,13 +50,13 @@ COORDINATOR_MODE = "coordinator"
 MODES = (COMMITTEE_MODE, COORDINATOR_MODE)
 QUORUM_RULES = ("bft", "majority")
 CMFL_DISTANCE_FLOOR = 1e-300
-"""The one floor on a CMFL score's distance sum (or median) before its reciprocal, eq. (8) of seed_003:
+"""The one floor on a CMFL score's distance sum (or median) before its reciprocal, eq. (8) of cmfl spec:
 ``P_k = C / max(Σ_c ‖ĝ_k − ĝ_c‖², floor)``. It lives here because both layers that score need it and may not
 import each other (``consensus``, which ranks the clients written into blocks, and ``learning``'s reference
 combination); both re-export it as ``DISTANCE_FLOOR``.
 
 Why ``1e-300`` and not a "small" ``1e-12``: eq. (8) is defined for every positive sum (the paper assumes
-``ĝ_k ≠ ĝ_c``); the floor only replaces the undefined ``1/0`` of identical updates (seed_003 §8 item 5), so it
+``ĝ_k ≠ ĝ_c``); the floor only replaces the undefined ``1/0`` of identical updates (cmfl spec §8 item 5), so it
 must change no positive sum that can occur. Squared distances of float32 updates are ``0`` or
 ``>= (2^-149)^2 ≈ 2e-90``, so ``1e-300`` leaves eq. (8) exact for every float32 input, while ``1e-12`` tied every
 client within ``1e-6`` of the committee (``d = 1e-14`` and ``d = 0`` both scored ``C·1e12``, and the id tie-break
@@ -122,7 +122,7 @@ timeout_ticks_propose + timeout_ticks_view_change`` (with the default timeouts 7
 
 def redraw_ticks_of(params: Mapping[str, object], timeouts: "Timeouts") -> int:
     """After how many ticks at one height without a decision its replicas hand it to a re-drawn committee (the next
-    committee attempt, ``ledger.ATTEMPT_VIEWS``; issue 31 item 2): the genesis' ``protocol.params.redraw_ticks``, by
+    committee attempt, ``ledger.ATTEMPT_VIEWS``): the genesis' ``protocol.params.redraw_ticks``, by
     default :data:`REDRAW_TIMEOUTS_DEFAULT` times the train, propose and view-change timeouts. ``0`` never: a
     committee that cannot reach quorum then stalls the chain until enough of its members come back, as in plain
     pBFT, which never forks (the trade-off: docs/sampling.md). Anything but an int in ``[0, 2^31]`` raises
@@ -149,7 +149,7 @@ def _params(name: str, v: Mapping[str, Any]) -> Mapping[str, Any]:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Member:
+class Member(Record):
     """A network member: its libp2p peer id, Ed25519 public key, and optional display data."""
 
     peer_id: str
@@ -173,7 +173,7 @@ class Member:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Timeouts:
+class Timeouts(Record):
     """Every protocol timeout, in ticks (logical time; ``tick_ms`` maps a tick to wall time at runtime)."""
 
     tick_ms: int = 100
@@ -184,7 +184,7 @@ class Timeouts:
     timeout_ticks_view_change: int = 100
 
     def __post_init__(self) -> None:
-        for name in self._record_fields:  # type: ignore[attr-defined]
+        for name in self._record_fields:
             v = getattr(self, name)
             if not 1 <= v <= 10**9:
                 raise ValueError(f"{name} must be in [1, 1e9], got {v}")
@@ -192,7 +192,7 @@ class Timeouts:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProtocolParams:
+class ProtocolParams(Record):
     """How rounds are run: mode, algorithm, committee size, quorum rule, timeouts, algorithm parameters.
 
     ``quorum = "bft"``: more than two thirds of the committee (``2f+1`` of ``3f+1``; safe with ``f``
@@ -234,7 +234,7 @@ class ProtocolParams:
 
     @property
     def time_drift_ms(self) -> int:
-        """How far from a validator's own clock a fresh proposal's block time may be, in ms (issue 31 item 5):
+        """How far from a validator's own clock a fresh proposal's block time may be, in ms:
         ``params.time_drift_ms``, default :data:`TIME_DRIFT_MS_DEFAULT` (10 s). A validator refuses a proposal whose
         ``time_ms`` is more than a tick plus this drift ahead of its clock or behind it
         (``ledger.block_time_window``), without accusing the proposer (clocks differ: that proves no fault); a
@@ -245,7 +245,7 @@ class ProtocolParams:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
+class ModelSpec(Record):
     """The model everyone starts from: a registry name, its parameters, and the initial weights' digest."""
 
     name: str
@@ -261,7 +261,7 @@ class ModelSpec:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Genesis:
+class Genesis(Record):
     """Block 0: chain id, members, protocol, initial model. ``hash()`` is the genesis hash."""
 
     chain_id: str
@@ -296,7 +296,7 @@ class Genesis:
     @by_identity(4)  # (a genesis lists every member: a simulation's of 10,000 takes 50 ms to encode)
     def hash(self) -> bytes:
         """The genesis hash: ``prev_hash`` of block 1."""
-        return hash_tagged(b"concilium-genesis/v1", self.encode())  # type: ignore[attr-defined]
+        return hash_tagged(b"concilium-genesis/v1", self.encode())
 
     def member(self, peer_id: str) -> Member | None:
         for m in self.members:
@@ -316,7 +316,7 @@ class Genesis:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SignedMessage:
+class SignedMessage(Record):
     """Any signed protocol message: the signature covers ``sign_bytes(chain, kind, height, view, body)``.
 
     Used for evidence exhibits and for signed per-round records carried in a payload (e.g. a
@@ -342,7 +342,7 @@ class SignedMessage:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UpdateCommitment:
+class UpdateCommitment(Record):
     """A training client's signed statement: "my update for ``fl_round`` has digest D and n samples".
 
     The signature covers ``sign_bytes(chain, "update", fl_round, 0, {digest, n_samples, peer})``.
@@ -368,7 +368,7 @@ class UpdateCommitment:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Evidence:
+class Evidence(Record):
     """Signed proof of misbehaviour, carried in a later block.
 
     ``kind = "equivocation"``: two exhibits signed by ``offender`` with the same (kind, height, view) and
@@ -395,7 +395,7 @@ class Evidence:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Payload:
+class Payload(Record):
     """What a round decided.
 
     * ``updates``: the accepted signed update commitments, sorted by peer (their Merkle root is in the
@@ -434,15 +434,15 @@ class Payload:
         object.__setattr__(self, "record", _params("record", self.record))
 
     def hash(self) -> bytes:
-        return hash_tagged(b"concilium-payload/v1", self.encode())  # type: ignore[attr-defined]
+        return hash_tagged(b"concilium-payload/v1", self.encode())
 
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BlockHeader:
+class BlockHeader(Record):
     """The hashed part of a block. ``hash()`` is the block hash that commit votes sign.
 
-    Departure from DESIGN.md's header list: ``updates_root`` (Merkle root of the payload's update
+    Departure from docs/design.md's header list: ``updates_root`` (Merkle root of the payload's update
     commitments) is in the header, as CometBFT puts ``DataHash`` there, so that an inclusion proof needs
     only the certified header, not the whole payload.
     """
@@ -463,18 +463,18 @@ class BlockHeader:
         _digest("prev_hash", self.prev_hash)
         _nonneg("fl_round", self.fl_round)
         _nonneg("view", self.view)
-        if not 0 <= self.time_ms <= TIME_MS_MAX:  # issue 31 item 5: 2^64 - 1 encodes, but no clock reads it
+        if not 0 <= self.time_ms <= TIME_MS_MAX:  # bounded block time: 2^64 - 1 encodes, but no clock reads it
             raise ValueError(f"time_ms must be in [0, 2^63 - 1], got {self.time_ms}")
         _digest("payload_hash", self.payload_hash)
         _digest("updates_root", self.updates_root)
 
     def hash(self) -> bytes:
-        return hash_tagged(b"concilium-header/v1", self.encode())  # type: ignore[attr-defined]
+        return hash_tagged(b"concilium-header/v1", self.encode())
 
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CommitSignature:
+class CommitSignature(Record):
     """One committee member's COMMIT vote: signs ``sign_bytes(chain, "commit", height, view, {block_hash})``."""
 
     signer: str
@@ -487,7 +487,7 @@ class CommitSignature:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Certificate:
+class Certificate(Record):
     """The commit certificate of a block: a quorum of COMMIT signatures of the height's committee."""
 
     height: int
@@ -506,7 +506,7 @@ class Certificate:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Block:
+class Block(Record):
     """A committed block: header, payload and the commit certificate over the header's hash."""
 
     header: BlockHeader

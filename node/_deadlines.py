@@ -1,5 +1,5 @@
-"""Round deadlines that follow the model size and the links (issue 34, item 1; DESIGN.md: "Round deadlines follow
-the model size and the links").
+"""Round deadlines that follow the model size and the links (docs/design.md, "Performance, reliability,
+security": "Round deadlines follow the model size and the links").
 
 The genesis' ``protocol.timeouts`` give the time a round needs with no bytes to move: ``timeout_ticks_train`` for
 local training, ``timeout_ticks_propose/prepare/commit`` for the pBFT phases. Moving model-sized blobs adds time

@@ -6,7 +6,7 @@ is. ``node.core`` uses these functions to *build* its proposal and to *validate*
 ``validate`` callback); ``node.reexec`` uses the same functions to re-execute a stored ledger. One
 implementation, so a proposal the committee accepted always re-executes in the audit.
 
-* **committee mode** (CMFL, seed_003): training clients ``S_b^t`` sampled from non-committee members by
+* **committee mode** (CMFL, cmfl spec): training clients ``S_b^t`` sampled from non-committee members by
   the genesis hash and the height; the score rows in ``payload.attestations`` decide ``S_a^t`` and
   ``S_c^{t+1}`` (``consensus.check_cmfl_payload``); the aggregate is eq. 5/6,
   ``w̄^{t+1} = w̄^t + Σ_{k∈S_a} (n_k / Σ_j n_j) Δ_k``.
@@ -16,8 +16,8 @@ implementation, so a proposal the committee accepted always re-executes in the a
   members with the seed ``genesis_hash ‖ height``.
 
 No role and no random draw of a round reads a block hash: a proposer can grind its block's hash (its time, which
-evidence and updates it includes), so anything derived from it would be the proposer's choice (issue 31 item 1,
-``docs/sampling.md``). The aggregation rng (:func:`round_rng`) too comes from the genesis hash and the height.
+evidence and updates it includes), so anything derived from it would be the proposer's choice
+(``docs/sampling.md``). The aggregation rng (:func:`round_rng`) too comes from the genesis hash and the height.
 
 Both modes aggregate with the claimed sample counts capped at ``n_samples_cap`` times the round's median claim
 (:func:`n_samples_cap_of`, ``learning.cap_sample_counts``): a count is the client's own word, and the weight of
@@ -114,12 +114,12 @@ def sampling_seed_of(params: Mapping[str, Any], *, mode: str = "coordinator") ->
     :class:`ConfigError`) makes coordinator-mode client sampling depend on the seed instead of the genesis
     hash (:func:`seeded_sampling_hash`): two chains with the same members and the same seed ask the same
     clients to train in every round, whatever their algorithms and models - the pairing a comparison of
-    schemes on the same draws needs (the seed_002 prototype fixes the sampled clients per seed). Only a
+    schemes on the same draws needs (the sself spec prototype fixes the sampled clients per seed). Only a
     semi-synchronous strategy's busy trainers (still computing an earlier round) are taken out of the pool
     first, as without the key.
 
-    Both samples are public and fixed before the chain starts (the default one by the genesis hash, since issue
-    31: a sample that the previous block's hash fed could be ground by its proposer), so anyone can tell for
+    Both samples are public and fixed before the chain starts (the default one by the genesis hash, not the
+    previous block's: a sample that the previous block's hash fed could be ground by its proposer), so anyone can tell for
     every round who will be asked to train; ``docs/sampling.md`` says what that costs against an adaptive
     adversary. The seed only adds that the sample is the same on every chain with these members. Committee mode
     (CMFL) does not take the key (its training sample stays genesis-seeded) and rejects it.
@@ -175,8 +175,8 @@ COMMITTEE_EPOCH_MAX = 1_000_000
 
 def committee_epoch_of(params: Mapping[str, Any], *, mode: str) -> int:
     """Coordinator mode: for how many heights one committee serves, the genesis' ``protocol.params.committee_epoch``
-    (``E``, default 1: a new committee at every height). DESIGN.md "A round, coordinator mode": the committee is
-    sampled "with the seed of block t-1 (or fixed per epoch of E rounds)". Heights ``kE+1 .. (k+1)E`` form epoch
+    (``E``, default 1: a new committee at every height): the committee is sampled at the block before a height,
+    or fixed for an epoch of ``E`` heights. Heights ``kE+1 .. (k+1)E`` form epoch
     ``k``; epoch 0 is certified by the genesis committee, and the block at height ``kE`` names the committee of
     epoch ``k`` drawn, as at every height without the key, from the block before it
     (:meth:`RoundRules.next_committee_coordinator`). Every other block names the committee it was certified by.
@@ -244,7 +244,7 @@ by one (``NodeCore(lazy_outsiders=True)``), and each height's plan ranks every m
 def round_rng(genesis_hash: bytes, height: int) -> np.random.Generator:
     """The aggregation rng of a round (a robust aggregator's random start, FedAsync's processing order), identical at
     every validator: from the genesis hash and the height, never the previous block's hash, which its proposer could
-    grind to pick the draw (issue 31 item 1; ``v1`` read the previous block's hash)."""
+    grind to pick the draw (``v1`` read the previous block's hash)."""
     seed = hash_tagged(b"concilium-round-rng/v2", genesis_hash + struct.pack(">Q", height))
     return np.random.Generator(np.random.PCG64(int.from_bytes(seed[:16], "big")))
 
@@ -298,7 +298,7 @@ class RoundHistory:
                 del d[k]
 
     def busy(self, height: int) -> frozenset[str]:
-        """Trainers of the window before ``height`` whose update is not in yet (still computing: seed_002 §1.2
+        """Trainers of the window before ``height`` whose update is not in yet (still computing: sself spec §1.2
         samples S_{t+1} disjoint from them)."""
         out: set[str] = set()
         for tau, plan in self.plans.items():
@@ -390,7 +390,7 @@ class RoundRules:
             return state.committee
         got = self._next_committees.get(state.height)
         if got is None:
-            # the genesis hash and the height, never this block's hash (which its proposer could grind: issue 31)
+            # the genesis hash and the height, never this block's hash (which its proposer could grind)
             seed = self.ctx.genesis_hash + struct.pack(">Q", state.height + 1)
             got = self._next_committees[state.height] = sample_committee(
                 self.members, seed, self.genesis.protocol.committee_size, rule=self.sampling_rule
@@ -453,7 +453,7 @@ class RoundRules:
 
     def skip_payload(self, state: ChainState, view: int) -> Payload:
         """The one payload a block proposed in committee attempt ``a`` ≥ 1 (``view >= ledger.ATTEMPT_VIEWS``) may
-        carry (issue 31 item 2): the height outlasted its committee (the genesis' ``redraw_ticks``), and the
+        carry: the height outlasted its committee (the genesis' ``redraw_ticks``), and the
         committee re-drawn for it (``ChainContext.view_committee``) knows nothing of its round: the trainers sent
         their updates to the other one, and in committee mode only that one scored them. So the height is a skip: no
         update, the model and the algorithm state unchanged, no evidence (the next block takes it), and
@@ -498,63 +498,14 @@ class RoundRules:
                         "model and state unchanged, no evidence, the rule's next committee"), None, None, None
             return None, model, vector_to_blob(model), algo_state
         plan = self.plan(state, history)
-        h = plan.height
-        ctx = self.ctx
-        keys = [(u.peer, u.fl_round) for u in payload.updates]
-        if keys != sorted(keys) or len(set(keys)) != len(keys):
-            return "updates are not sorted by (peer, round) or repeat one", None, None, None
-        for u in payload.updates:
-            if u.fl_round == h:
-                if u.peer not in plan.trainers:
-                    return f"update of {u.peer} who is not a trainer of height {h}", None, None, None
-            else:
-                if not h - self.staleness <= u.fl_round < h:
-                    return f"update of {u.peer} is for round {u.fl_round}, outside the staleness window", None, None, None
-                past = history.plans.get(u.fl_round) if history is not None else None
-                if past is None or u.peer not in past.trainers:
-                    return f"stale update of {u.peer} for round {u.fl_round}: not a trainer of that round", None, None, None
-                if u.peer in history.included.get(u.fl_round, ()):  # type: ignore[union-attr]
-                    return f"stale update of {u.peer} for round {u.fl_round} was already included", None, None, None
-            try:
-                ctx.keys.verify(
-                    u.peer,
-                    u.signature,
-                    update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
-                    what="update commitment",
-                )
-            except LedgerError as e:
-                return str(e), None, None, None
-        for ev in payload.evidence:
-            try:
-                check_evidence(ctx, h, ev)
-            except LedgerError as e:
-                return f"evidence: {e}", None, None, None
-            claim = check_evidence_claim(ctx, ev)
-            if claim is not None:
-                return f"evidence against {ev.offender}: {claim}", None, None, None
-        if self.committee_mode:
-            assert self.cmfl is not None
-            reason = check_cmfl_payload(
-                ctx, payload, height=h, committee=plan.committee, training=plan.trainers, params=self.cmfl
-            )
-            if reason is not None:
-                return reason, None, None, None
-        else:
-            expected_next = self.next_committee_coordinator(state)
-            if payload.next_committee != expected_next:
-                return "next committee differs from the sampling rule", None, None, None
-        vectors = []
-        dim = self.upload_dim(model.shape[0])
-        for u in payload.updates:
-            have = None if held is None else held.get((u.peer, u.fl_round))
-            if have is not None and have[0] == u.digest and have[1].shape == (dim,):
-                vectors.append((u, have[1]))
-                continue
-            try:
-                blob = blobs.get(u.digest)
-                vectors.append((u, blob_to_vector(blob, dim=dim, what=f"update of {u.peer}")))
-            except (LedgerError, InvalidUpdateError) as e:
-                return f"missing or invalid update blob of {u.peer}: {e}", None, None, None
+        reason = self._check_updates(plan, payload, history)
+        if reason is None:
+            reason = self._check_evidence_and_committee(state, plan, payload)
+        if reason is not None:
+            return reason, None, None, None
+        reason, vectors = self._update_vectors(payload, self.upload_dim(model.shape[0]), blobs, held)
+        if reason is not None:
+            return reason, None, None, None
         try:
             result = self.aggregate(state, plan, model, vectors, algo_state=algo_state, history=history)
         except (LearningError, ValueError) as e:
@@ -571,13 +522,85 @@ class RoundRules:
             return "the algorithm state digest differs from re-execution", None, None, None
         return None, result.model, model_blob, result.state
 
+    def _check_updates(self, plan: RoundPlan, payload: Payload, history: RoundHistory | None) -> str | None:
+        """Why the payload's update commitments are wrong (order, trainer of their round, staleness window, a
+        stale one included twice, signature), or None."""
+        h = plan.height
+        ctx = self.ctx
+        keys = [(u.peer, u.fl_round) for u in payload.updates]
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            return "updates are not sorted by (peer, round) or repeat one"
+        for u in payload.updates:
+            if u.fl_round == h:
+                if u.peer not in plan.trainers:
+                    return f"update of {u.peer} who is not a trainer of height {h}"
+            else:
+                if not h - self.staleness <= u.fl_round < h:
+                    return f"update of {u.peer} is for round {u.fl_round}, outside the staleness window"
+                past = history.plans.get(u.fl_round) if history is not None else None
+                if past is None or u.peer not in past.trainers:
+                    return f"stale update of {u.peer} for round {u.fl_round}: not a trainer of that round"
+                if u.peer in history.included.get(u.fl_round, ()):  # type: ignore[union-attr]
+                    return f"stale update of {u.peer} for round {u.fl_round} was already included"
+            try:
+                ctx.keys.verify(
+                    u.peer,
+                    u.signature,
+                    update_sign_bytes(ctx.chain_id, u.peer, u.fl_round, u.digest, u.n_samples),
+                    what="update commitment",
+                )
+            except LedgerError as e:
+                return str(e)
+        return None
+
+    def _check_evidence_and_committee(self, state: ChainState, plan: RoundPlan, payload: Payload) -> str | None:
+        """Why the payload's evidence, or its election (committee mode) or next committee (coordinator mode), is
+        wrong, or None."""
+        h = plan.height
+        ctx = self.ctx
+        for ev in payload.evidence:
+            try:
+                check_evidence(ctx, h, ev)
+            except LedgerError as e:
+                return f"evidence: {e}"
+            claim = check_evidence_claim(ctx, ev)
+            if claim is not None:
+                return f"evidence against {ev.offender}: {claim}"
+        if self.committee_mode:
+            assert self.cmfl is not None
+            return check_cmfl_payload(
+                ctx, payload, height=h, committee=plan.committee, training=plan.trainers, params=self.cmfl
+            )
+        if payload.next_committee != self.next_committee_coordinator(state):
+            return "next committee differs from the sampling rule"
+        return None
+
+    @staticmethod
+    def _update_vectors(
+        payload: Payload, dim: int, blobs: BlobSource, held: Mapping[tuple[str, int], tuple[bytes, np.ndarray]] | None,
+    ) -> tuple[str | None, list[tuple[UpdateCommitment, np.ndarray]]]:
+        """The payload's updates with their vectors (``held`` ones as they are, the others decoded from ``blobs``);
+        or why a blob is missing or invalid."""
+        vectors = []
+        for u in payload.updates:
+            have = None if held is None else held.get((u.peer, u.fl_round))
+            if have is not None and have[0] == u.digest and have[1].shape == (dim,):
+                vectors.append((u, have[1]))
+                continue
+            try:
+                blob = blobs.get(u.digest)
+                vectors.append((u, blob_to_vector(blob, dim=dim, what=f"update of {u.peer}")))
+            except (LedgerError, InvalidUpdateError) as e:
+                return f"missing or invalid update blob of {u.peer}: {e}", vectors
+        return None, vectors
+
 
 def evidence_key(ev: Evidence) -> bytes:
     """Dedup key of an evidence item."""
-    return sha256(encode(ev.to_value()))  # type: ignore[attr-defined]
+    return sha256(encode(ev.to_value()))
 
 
 def proposal_evidence_key(ev: Evidence) -> bytes:
     """Which refused proposal an ``invalid_proposal`` item names (its signed pre-prepare), whatever reason it
     gives: two validators that refused the same proposal hold the same key."""
-    return sha256(encode([ev.kind, ev.offender, ev.height, ev.view, [x.to_value() for x in ev.exhibits]]))  # type: ignore[attr-defined]
+    return sha256(encode([ev.kind, ev.offender, ev.height, ev.view, [x.to_value() for x in ev.exhibits]]))

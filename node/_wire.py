@@ -16,11 +16,11 @@ field set               meaning                                             sent
 Exactly one of them is set. :meth:`Envelope.decode` is strict and bounded (``ENVELOPE_BYTES_MAX``); the
 receiver checks every signature, digest, shape and membership itself (``node.core``).
 
-Decoding a peer's bytes (:func:`decode_envelope`, and :class:`EnvelopeDecoder`, which memoizes it) is bounded in
-what it builds, before anything is built (issue 31 item 3): the canonical encoding of an envelope starts with
-one of seven prefixes that tell its field (:func:`envelope_kind`, a few byte comparisons), and the field sets
-the budget of ``ledger.decode`` (``ledger._encoding.scan``: items and the bytes of the objects msgpack would
-build, refused before building them):
+Decoding a peer's bytes (:func:`decode_envelope`, and :class:`EnvelopeDecoder`, which memoizes it) is bounded in what it
+builds, before anything is built (a small frame must not make a node hold many times its size): the canonical encoding
+of an envelope starts with one of seven prefixes that tell its field (:func:`envelope_kind`, a few byte comparisons),
+and the field sets the budget of ``ledger.decode`` (``ledger._encoding.scan``: items and the bytes of the objects
+msgpack would build, refused before building them):
 
 * ``update``, ``blobs``, ``want``: a few maps around byte strings: at most :data:`FIXED_ITEMS_MAX` items, and
   objects of the frame's size plus :data:`BUDGET_SLACK` bytes;
@@ -43,7 +43,7 @@ import numpy as np
 
 from consensus import Message
 from learning import blob_to_vector
-from ledger import Budget, DecodeError, SignedMessage, UpdateCommitment, record
+from ledger import Budget, DecodeError, Record, SignedMessage, UpdateCommitment, record
 
 __all__ = [
     "BLOBS_PER_MESSAGE_MAX", "ENVELOPE_BYTES_MAX", "KINDS", "MSG_ENVELOPE_BYTES_MAX", "Envelope", "EnvelopeDecoder",
@@ -69,7 +69,7 @@ KINDS = tuple(sorted(_FIELDS))
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class UpdatePacket:
+class UpdatePacket(Record):
     """A training client's update: the signed commitment and the tensor blob it commits to."""
 
     commitment: UpdateCommitment
@@ -78,7 +78,7 @@ class UpdatePacket:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Envelope:
+class Envelope(Record):
     """The one wire type between nodes."""
 
     update: UpdatePacket | None = None
@@ -148,7 +148,7 @@ def decode_envelope(data: bytes) -> Envelope:
     if len(data) > ENVELOPE_BYTES_MAX:
         raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {ENVELOPE_BYTES_MAX}")
     budget = envelope_budget(envelope_kind(data), len(data))
-    return Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX, budget=budget)  # type: ignore[attr-defined, no-any-return]
+    return Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX, budget=budget)
 
 
 class EnvelopeDecoder:

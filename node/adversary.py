@@ -12,13 +12,13 @@ fixed points and does not know which attack, if any, runs):
   ``skip_primary`` (selective delivery: its updates and score rows reach every validator but the height's view-0
   primary), ``omit_rows`` (as a CMFL primary, it builds its proposal without one of the score rows it holds, to steer
   the election: :func:`omitted_rows`);
-  ``clock`` (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time and
-  judges others' block times by it; issue 31 item 5); ``grind`` (as a primary, it tries up to ``tries`` block times
-  within the validators' drift and proposes the first whose block hash would have made it the next height's primary
-  under the rule before issue 31, which seeded the primary with the previous block's hash: :func:`ground_time`);
+  ``clock`` (its clock runs ``skew_ms`` ahead, or behind if negative: it stamps its proposals with that time and judges
+  others' block times by it, within the genesis' drift bound); ``grind`` (as a primary, it tries up to ``tries`` block
+  times within the validators' drift and proposes the first whose block hash would have made it the next height's
+  primary under the former rule, which seeded the primary with the previous block's hash: :func:`ground_time`);
 * **update attacks** of Byzantine clients (``learning.parse_update_attack``) are applied by the host to the
-  client's own upload (:func:`attack_update`), and so is a claimed sample count (the scenario's
-  ``adversary.n_samples``: the count it signs instead of its own; issue 31 item 7).
+  client's own upload (:func:`attack_update`), and so is a claimed sample count (the scenario's ``adversary.n_samples``:
+  the count it signs instead of its own, which validators cap: ``learning.cap_sample_counts``).
 
 Each function is a pure function of its inputs plus a seeded generator the host derives (the simulator from
 its scenario's ``RngTree``; a node process from the same scenario), so a scenario run as a testnet applies the
@@ -108,7 +108,7 @@ def ground_time(
     """A grinding primary's block time: ``time_ms, time_ms + 1, …`` (up to ``tries`` of them, none past
     ``latest_ms``), the first whose block header (``header_at(t)``) ``wins``, else ``time_ms``. Returns ``(time, tried, won)``.
 
-    What it grinds for is the attacker's goal (``wins``); the chain rules since issue 31 item 1 read no block hash
+    What it grinds for is the attacker's goal (``wins``); the chain rules read no block hash
     for any role or draw, so whatever it picks, the next heights' primaries, committees and trainers are those of the
     genesis hash and the height (``tests/sim/test_grinding_sim.py``, ``tests/node/runtime/test_adversary_net.py``)."""
     tried = 0
@@ -122,8 +122,8 @@ def ground_time(
 def grind_for_next_primary(
     me: str, time_ms: int, latest_ms: int, tries: int, header_at: Callable[[int], BlockHeader], payload: Payload
 ) -> tuple[int, int, bool]:
-    """:func:`ground_time` for the goal of the attack issue 31 measured: be the primary of the next height under the
-    rule before it, ``primary(next committee, this block's hash, height + 1, 0)``."""
+    """:func:`ground_time` for the goal of the attack the grinding tests measure: be the primary of the next height
+    under the former rule, ``primary(next committee, this block's hash, height + 1, 0)``."""
     def wins(hd: BlockHeader) -> bool:
         return primary(payload.next_committee, hd.hash(), hd.height + 1, 0) == me
     return ground_time(time_ms, latest_ms, tries, header_at, wins)
@@ -133,7 +133,7 @@ def corrupt_proposal(payload: Payload, model: np.ndarray, rng: np.random.Generat
     """A corrupt coordinator's proposal: the model moved away from the honest aggregate by N(0, 1) noise."""
     bad = (model + rng.standard_normal(model.shape).astype(np.float32)).astype(np.float32)
     blob = vector_to_blob(bad)
-    fields = {f: getattr(payload, f) for f in payload._record_fields}  # type: ignore[attr-defined]
+    fields = {f: getattr(payload, f) for f in payload._record_fields}
     fields["model_digest"] = sha256(blob)
     return Payload(**fields), bad, blob
 
@@ -166,19 +166,19 @@ def equivocate(
     if env.pbft is not None and env.pbft.signed is not None and env.pbft.signed.kind in (KIND_PREPARE, KIND_COMMIT):
         sm = env.pbft.signed
         other = sha256(b"equivocation" + bytes(sm.body["block_hash"]))
-        return Envelope(pbft=vote_message(key, chain_id, sm.kind, sm.height, sm.view, other)).encode(), True  # type: ignore[attr-defined]
+        return Envelope(pbft=vote_message(key, chain_id, sm.kind, sm.height, sm.view, other)).encode(), True
     if env.scores is not None:
         row = parse_score_row(env.scores)
         signed = sign_score_row(
             key, chain_id, row.height, distances={k: 2.0 * d + 1.0 for k, d in row.distances.items()},
             updates=row.updates, reference=row.reference,
         )
-        return Envelope(scores=signed).encode(), True  # type: ignore[attr-defined]
+        return Envelope(scores=signed).encode(), True
     if env.update is not None:
         c = env.update.commitment
         blob = vector_to_blob(-np.asarray(last_upload, dtype=np.float32))
         c2 = sign_update(key, chain_id, c.fl_round, sha256(blob), c.n_samples)
-        return Envelope(update=UpdatePacket(commitment=c2, blob=blob)).encode(), True  # type: ignore[attr-defined]
+        return Envelope(update=UpdatePacket(commitment=c2, blob=blob)).encode(), True
     return data, False
 
 

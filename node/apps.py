@@ -1,4 +1,4 @@
-"""Apps: a user's plug-ins, pinned in the genesis and loaded by every process (issue 32; DESIGN.md "Apps").
+"""Apps: a user's plug-ins, pinned in the genesis and loaded by every process (docs/design.md, "Apps").
 
 An **app** is a Python file (``my_app.py``) or a package directory (``my_app/`` with an ``__init__.py``) that
 registers plug-ins when it is imported, with the decorators that exist (``register_strategy``,

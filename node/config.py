@@ -2,8 +2,9 @@
 
 :func:`record_from_toml` fills defaults for absent keys, rejects unknown keys and wrong types with the
 key's dotted path, decodes ``bytes`` fields from hex, and reports validation errors of the record's
-``__post_init__`` with the path of the table. It is the config boundary of STYLE.md: names and
-loosely typed TOML become frozen dataclasses here and nowhere else.
+``__post_init__`` with the path of the table. It is the config boundary: names and loosely typed
+TOML become frozen dataclasses here and nowhere else (docs/design.md, "Learning": registries resolved at the
+config boundary).
 
 Genesis files are TOML (``concilium genesis create`` writes them): :func:`load_genesis`,
 :func:`dump_genesis`, :func:`save_genesis`.
@@ -325,8 +326,9 @@ def tcp_endpoint(addr: str) -> tuple[socket.AddressFamily, str, int] | None:
 def check_listen(addrs: typing.Iterable[str]) -> None:
     """Raise :class:`ConfigFileError` unless this host can listen on every TCP address of ``addrs`` with a fixed port:
     each is bound (``SO_REUSEADDR``, as trio's listeners) and released at once, so that ``node start`` refuses an
-    address in use or not on this host before it creates or opens anything for writing (issue 34 item 4). A race
-    with another process remains; the runtime checks again what its transport listens on."""
+    address in use or not on this host before it creates or opens anything for writing (a failed start leaves the data
+    directory as it was). A race with another process remains; the runtime checks again what its transport listens
+    on."""
     for addr in addrs:
         ep = tcp_endpoint(addr)
         if ep is None or ep[2] == 0:
@@ -534,7 +536,8 @@ class FaultConfig:
     ``skip_primary`` (its updates and score rows reach every validator but the view-0 primary: selective delivery),
     ``omit_rows`` (as a CMFL primary, it leaves one score row it holds out of its proposal to steer the election),
     ``grind`` (as a primary, it tries up to ``tries`` block times within the validators' drift for one whose hash
-    would have made it the next primary under the rule before issue 31: ``node.adversary.ground_time``)."""
+    would have made it the next primary under the former rule, which seeded the primary with the previous block's
+    hash: ``node.adversary.ground_time``)."""
 
     target: str
     kind: str

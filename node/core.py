@@ -6,7 +6,7 @@ time), :meth:`NodeCore.on_training_done` (a local training job finished). Output
 :class:`Misbehavior` evidence). No clock, no sockets, no threads, no global RNG: the simulator
 (``sim``) and the runtime (``node/runtime``) drive the very same object.
 
-A height ``t`` (= FL round ``t``), both modes (DESIGN.md):
+A height ``t`` (= FL round ``t``), both modes:
 
 1. Everyone derives the plan from the last block (:class:`node._rounds.RoundRules`): the committee
    (validators), the trainers, and (committee mode) the members training references.
@@ -148,7 +148,7 @@ UNSOLICITED_BLOBS_MAX = 8
 UNSOLICITED_PEER_BYTES_MIN = 16 << 20
 UNSOLICITED_PEERS = 4
 """Blobs nobody asked for (a proposer pushes its block's model, and strategy state, right behind the block to the
-members outside its committee, so they can arrive first) are held by sender, issue 31 item 4: at most
+members outside its committee, so they can arrive first) are held by sender, so that no sender can fill a node's memory: at most
 ``max(UNSOLICITED_PEER_BYTES_MIN, 4 × the model's blob)`` bytes from one sender (:meth:`NodeCore.unsolicited_bounds`),
 ``UNSOLICITED_PEERS`` times that from all, and ``UNSOLICITED_BLOBS_MAX`` blobs; past a bound the oldest go first
 (the sender's own, then anyone's). One that is not used is dropped when the round after the one it came in ends
@@ -454,8 +454,8 @@ class NodeCore:
         again once its update is sent (``Replica.rest``: it does not fetch the block that ends its round).
         Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
         call :meth:`shed` when such a member sleeps (the simulator does): it then keeps its head's model at most.
-        A departure from DESIGN.md's sync ("fetch the missing blocks and blobs"), for the simulator's many members
-        (issue 16 item 4: a member that follows every block costs members × rounds): a lazy member fetches the
+        A departure from the plain sync (fetch the missing blocks and blobs), for the simulator's many members
+        (a member that follows every block costs members × rounds in all): a lazy member fetches the
         missing heights' headers, checked by the header half of the chain rules (``ledger.apply_header``), and
         only the block it needs; the ledger is unchanged. The network runtime does not use it. With the genesis'
         ``committee_epoch`` ``E`` > 1 (:func:`committee_epoch_of`) it goes further: it skips to the last header of
@@ -489,11 +489,7 @@ class NodeCore:
         headers_for_outsiders: bool = False,
         lazy_outsiders: bool = False,
     ) -> None:
-        if rules is None:
-            rules = RoundRules(genesis, ctx=ctx, public=public)
-        elif rules.genesis is not genesis or (ctx is not None and rules.ctx is not ctx) or rules.public is not public:
-            raise ValueError("rules are for another genesis, chain context or public evaluator")
-        self._rules = rules
+        self._rules = self._own_rules(rules, genesis, ctx, public)
         self._models_for_all = models_for_all or archive
         self._block_source = block_source
         self._archive = archive
@@ -505,10 +501,37 @@ class NodeCore:
         self._blobs = blobs if blobs is not None else MemoryBlobStore()
         self._behavior = behavior or Behavior()
         self._state = state if state is not None else genesis_state(self._ctx)
+        model_blob = self._init_model(initial_model, model_missing=model_missing, history=history)
+        self._init_deadlines(model_blob, collect_ticks=collect_ticks, start_tick=start_tick)
+        self._init_peer_inputs(model_blob)
+        self._init_chain_tail(model_missing=model_missing)
+        self._init_replica(
+            replica_config, replica_restore, headers_for_outsiders=headers_for_outsiders, lazy_outsiders=lazy_outsiders)
+        self._round = _Round(self._rules.plan(self._state, self._history), self._now)
+        if self._lazy and not self._needs_model(self._round.plan):
+            self._model = None  # asleep from the start: the block that wakes it brings the model (see _on_commit)
+
+    # --- construction (the steps of __init__, in order: each reads only what the ones before it set) -------------
+
+    @staticmethod
+    def _own_rules(
+        rules: RoundRules | None, genesis: Genesis, ctx: ChainContext | None, public: PublicEval | None
+    ) -> RoundRules:
+        """The round rules this node follows: ``rules`` if they are for this genesis, chain context and public
+        evaluator, private ones if None."""
+        if rules is None:
+            return RoundRules(genesis, ctx=ctx, public=public)
+        if rules.genesis is not genesis or (ctx is not None and rules.ctx is not ctx) or rules.public is not public:
+            raise ValueError("rules are for another genesis, chain context or public evaluator")
+        return rules
+
+    def _init_model(self, initial_model: np.ndarray, *, model_missing: bool, history: RoundHistory | None) -> bytes:
+        """Check ``initial_model`` against the chain (the genesis' model if ``model_missing``, else the state's, which
+        is then stored) and set the model, its dimensions and the round history; returns the model's blob."""
         model = np.ascontiguousarray(initial_model, dtype=np.float32)
         model_blob = vector_to_blob(model)
         if model_missing:  # ``initial_model`` only gives the dimension; the state's model is fetched from peers
-            if sha256(model_blob) != genesis.model.digest:
+            if sha256(model_blob) != self._genesis.model.digest:
                 raise ValueError("initial_model does not match the genesis model digest")
         elif sha256(model_blob) != self._state.model_digest:
             raise ValueError("initial_model does not match the chain state's model digest")
@@ -518,18 +541,27 @@ class NodeCore:
         self._upload_dim = self._rules.upload_dim(self._dim)
         self._model: np.ndarray | None = None if model_missing else model
         self._history = history if history is not None else self._rules.new_history()
-        self._timeouts = genesis.protocol.timeouts
+        self._timeouts = self._genesis.protocol.timeouts
         upload_dim = self._rules.upload_dim(model.shape[0])  # an update's blob is as long as a vector of it is
         self._update_blob_len = len(model_blob) if upload_dim == model.shape[0] else len(
             vector_to_blob(np.zeros(upload_dim, dtype=np.float32)))
+        return model_blob
+
+    def _init_deadlines(self, model_blob: bytes, *, collect_ticks: int | None, start_tick: int) -> None:
+        """The round's deadlines (from the genesis and the size of the round's blobs) and this node's clock."""
         self._deadlines = RoundDeadlines.for_round(
-            genesis, self._rules.plan(self._state, self._history), blob_bytes=max(len(model_blob), self._update_blob_len))
+            self._genesis, self._rules.plan(self._state, self._history),
+            blob_bytes=max(len(model_blob), self._update_blob_len))
         self._collect = collect_ticks if collect_ticks is not None else self._deadlines.collect_ticks
         self._grace = max(1, self._timeouts.timeout_ticks_propose // 4)
         """Ticks a row or an update commitment sent to a primary is given to reach it (and the blob to be fetched)
         before this validator may refuse a proposal for leaving it out (:meth:`_omission_counts`)."""
         self._now = int(start_tick)
         self._lost = 0  # ticks of the host's clock this node did not run (lose_ticks): its clock reads them
+
+    def _init_peer_inputs(self, model_blob: bytes) -> None:
+        """What this node keeps of its peers' inputs: drops, evidence, refused proposals, checked updates, blobs
+        nobody asked for (bounded by the model's size), the blobs it wants and the updates that came early."""
         self._dropped: Counter[str] = Counter()
         self._evidence: OrderedDict[bytes, Evidence] = OrderedDict()
         self._refused: dict[tuple[int, int, str], Proposal] = {}
@@ -555,6 +587,10 @@ class NodeCore:
         self._want_skew = 0  # extra turns of the asking rotation (ask_wanted without ticks)
         self._early: list[tuple[str, UpdatePacket]] = []  # updates for the next round, received while lagging
         self._early_bytes = 0
+
+    def _init_chain_tail(self, *, model_missing: bool) -> None:
+        """The last decided blocks, the effects to hand out, and the strategy state of the chain state; wants the
+        blobs of that state (its strategy state, and its model if ``model_missing``) it lacks."""
         self._decided: OrderedDict[int, Block] = OrderedDict()
         self._last_cert: Certificate | None = None  # of the last block: its signers hold its model
         self._pending_decided: Block | None = None  # committed, model blob not here yet
@@ -570,6 +606,13 @@ class NodeCore:
                 self._want[self._state.state_digest] = self._now
         if model_missing:
             self._want[self._state.model_digest] = self._now
+
+    def _init_replica(
+        self, replica_config: ReplicaConfig | None, replica_restore: bytes | None, *, headers_for_outsiders: bool,
+        lazy_outsiders: bool,
+    ) -> None:
+        """How this node follows the chain outside its rounds (whole blocks, headers, or asleep: the class
+        docstring's ``headers_for_outsiders`` and ``lazy_outsiders``), and its pBFT replica."""
         restore = {} if replica_restore is None else {"restore": replica_restore}
         self._headers = (
             (headers_for_outsiders or lazy_outsiders) and not self._models_for_all and not self._rules.committee_mode
@@ -585,13 +628,10 @@ class NodeCore:
             follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
                       "lazy": self._lazy, "committee_epoch": self._rules.committee_epoch}
         self._replica = Replica(
-            ctx=self._ctx, key=key, state=self._state, validate=self._validate,
+            ctx=self._ctx, key=self._key, state=self._state, validate=self._validate,
             config=replica_config if replica_config is not None else self._deadlines.replica_config(), **restore,
             **follow,
         )
-        self._round = _Round(self._rules.plan(self._state, self._history), self._now)
-        if self._lazy and not self._needs_model(self._round.plan):
-            self._model = None  # asleep from the start: the block that wakes it brings the model (see _on_commit)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -750,7 +790,7 @@ class NodeCore:
             r.reference, r.reference_digest = delta, digest
         else:
             c = sign_update(self._key, self._ctx.chain_id, job.fl_round, digest, int(result.n_samples))
-            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
+            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()
             for p in r.plan.committee:
                 if p == self._me:
                     r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
@@ -947,7 +987,7 @@ class NodeCore:
         )
         r.rows[self._me] = signed
         r.row_sent = True
-        data = Envelope(scores=signed).encode()  # type: ignore[attr-defined]
+        data = Envelope(scores=signed).encode()
         for p in r.plan.committee:
             if p != self._me:
                 self._out.append(Transmit(to=p, data=data, kind="scores"))
@@ -1091,13 +1131,13 @@ class NodeCore:
             return f"this validator is at height {self._round.plan.height}, not {proposal.header.height}", False
         clock = self.clock_ms()
         earliest, latest = block_time_window(self._genesis, clock)
-        if not earliest <= proposal.header.time_ms <= latest:  # issue 31 item 5
+        if not earliest <= proposal.header.time_ms <= latest:  # bounded: a proposer may not pick any time it likes
             # (clocks differ: a time beyond this validator's drift proves nothing against the proposer)
             return (f"block time {proposal.header.time_ms} is more than tick_ms + time_drift_ms "
                     f"({latest - clock} ms) from this validator's clock {clock}"), False
         if self._model is None:
             return Pending("this validator does not have the previous model yet"), False
-        if proposal.header.view >= ATTEMPT_VIEWS:  # a re-drawn committee's block: the skip (issue 31 item 2)
+        if proposal.header.view >= ATTEMPT_VIEWS:  # a re-drawn committee's block: the skip (RoundRules.skip_payload)
             if not self._state.model_digest:
                 return "this validator followed the previous block by its header: it cannot build the skip", False
             reason, model, blob, new_state = self._rules.check_payload(
@@ -1114,7 +1154,7 @@ class NodeCore:
                 return f"cannot confirm the evidence against {ev.offender}: this validator did not refuse that proposal", False
         if not self._rules.committee_mode:
             # Censorship is judged only on what this validator told the proposer in time (_tell_primary): a trainer
-            # that skipped the primary cannot force a view change (issue 31 item 6). What it was not told of, it may
+            # that skipped the primary cannot force a view change. What it was not told of, it may
             # lack (lost messages, a crashed trainer's partial send, a healed partition); the next primary is told.
             included = {(u.peer, u.fl_round) for u in payload.updates}
             left_out = sorted(k for k in self._round.updates if k not in included and self._omission_counts("update", k, proposal))
@@ -1123,7 +1163,7 @@ class NodeCore:
                 return f"the proposal leaves out the valid update(s) of {', '.join(names)}", False
         else:
             # Every score row told to the proposer in time must be in: the primary cannot steer the election by the
-            # rows it picks (issue 31 item 1; the bound on what it may still choose: docs/sampling.md).
+            # rows it picks (the bound on what it may still choose: docs/sampling.md).
             used = {a.signer for a in payload.attestations if a.kind == KIND_SCORES}
             omitted = sorted(m for m in self._round.rows if m not in used and self._omission_counts("row", m, proposal))
             if omitted:
@@ -1196,7 +1236,7 @@ class NodeCore:
 
     @staticmethod
     def _pbft_bytes(msg: Message) -> bytes:
-        return Envelope(pbft=msg).encode()  # type: ignore[attr-defined]
+        return Envelope(pbft=msg).encode()
 
     def _add_evidence(self, ev: Evidence) -> None:
         """Hold ``ev`` for this node's next proposal, once per (kind, offender, height, view): a faulty peer
@@ -1362,7 +1402,7 @@ class NodeCore:
         state_blob = None if sd is None else self._blob(sd)
         if state_blob is not None:
             pushed.append(state_blob)
-        model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None  # type: ignore[attr-defined]
+        model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None
         return block_data, model_data
 
     def _maybe_nudge(self) -> None:
@@ -1499,7 +1539,7 @@ class NodeCore:
         held = r.rows.get(signed.signer)
         if held is not None:
             if encode(held.body) != encode(signed.body):
-                pair = sorted((held, signed), key=lambda m: m.encode())  # type: ignore[attr-defined]
+                pair = sorted((held, signed), key=lambda m: m.encode())
                 self._add_evidence(
                     Evidence(kind="equivocation", offender=signed.signer, height=signed.height, view=signed.view,
                              exhibits=tuple(pair), reason="two different score rows for one round")
@@ -1538,12 +1578,12 @@ class NodeCore:
 
     def _relay_refused(self, ev: Evidence) -> None:
         """Send the proposal this node refused with proof, signed pre-prepare and payload, to the rest of the
-        committee (issue 31 item 10): each judges it itself (:meth:`_on_refused`), so the evidence reaches the next
+        committee: each judges it itself (:meth:`_on_refused`), so the evidence reaches the next
         block whoever proposes it, also when a primary sent each validator a different invalid proposal."""
         proposal = self._refused.get((ev.height, ev.view, ev.offender))
         if proposal is None or ev.height != self._round.plan.height:
             return
-        data = Envelope(refused=Message(signed=ev.exhibits[0], payload=proposal.payload)).encode()  # type: ignore[attr-defined]
+        data = Envelope(refused=Message(signed=ev.exhibits[0], payload=proposal.payload)).encode()
         for p in self._round.plan.committee:
             if p != self._me and p != ev.offender:
                 self._out.append(Transmit(to=p, data=data, kind="refused"))
@@ -1614,7 +1654,7 @@ class NodeCore:
     def _tell_primary(self, *, rows: Sequence[str] = (), updates: Sequence[tuple[str, int]] = (), to: str | None = None,
                       again: bool = False) -> None:
         """Send the primary of this validator's view (or ``to``) the score rows and the signed commitments of the
-        updates it holds and has not told that primary of (issue 31, items 1 and 6).
+        updates it holds and has not told that primary of.
 
         A validator judges a proposal's omissions only on what it told the proposer in time (:meth:`_judge`), so
         a trainer or a committee member that skips the primary cannot make an honest primary look like a censor
@@ -1635,7 +1675,7 @@ class NodeCore:
             key = ("row", m, to)
             if (again or key not in r.told) and m != to:
                 r.told[key] = self._now
-                self._out.append(Transmit(to=to, data=Envelope(scores=r.rows[m]).encode(), kind="scores"))  # type: ignore[attr-defined]
+                self._out.append(Transmit(to=to, data=Envelope(scores=r.rows[m]).encode(), kind="scores"))
         fresh = []
         for k in () if self._rules.committee_mode else updates:  # (committee mode judges rows, not updates)
             key = ("update", k, to)
@@ -1643,7 +1683,7 @@ class NodeCore:
                 r.told[key] = self._now
                 fresh.append(r.updates[k][0])
         for i in range(0, len(fresh), BLOBS_PER_MESSAGE_MAX):
-            data = Envelope(have=tuple(fresh[i : i + BLOBS_PER_MESSAGE_MAX])).encode()  # type: ignore[attr-defined]
+            data = Envelope(have=tuple(fresh[i : i + BLOBS_PER_MESSAGE_MAX])).encode()
             self._out.append(Transmit(to=to, data=data, kind="have"))
 
     def _tell_new_primary(self) -> None:
@@ -1674,7 +1714,7 @@ class NodeCore:
     def _on_want(self, sender: str, digests: Sequence[bytes]) -> None:
         have = [b for b in (self._servable(d) for d in digests[:BLOBS_PER_MESSAGE_MAX]) if b is not None]
         if have:
-            self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))  # type: ignore[attr-defined]
+            self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))
 
     def _on_blobs(self, sender: str, blobs: Sequence[bytes]) -> None:
         for blob in blobs:
@@ -1775,7 +1815,7 @@ class NodeCore:
         target = ask if ask is not None and ask != self._me else None
         peers = [target] if target else [p for p in self._round.plan.committee if p != self._me][:1]
         for p in peers:
-            self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))  # type: ignore[attr-defined]
+            self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))
 
     def _ask_row_members(self, payload: Payload) -> None:
         """An archive asks each score row's member at once for the blobs of its row it still wants: its reference
@@ -1787,7 +1827,7 @@ class NodeCore:
         for member, ds in sorted(asks.items()):
             for i in range(0, len(ds), BLOBS_PER_MESSAGE_MAX):
                 want = tuple(ds[i : i + BLOBS_PER_MESSAGE_MAX])
-                self._out.append(Transmit(to=member, data=Envelope(want=want).encode(), kind="want"))  # type: ignore[attr-defined]
+                self._out.append(Transmit(to=member, data=Envelope(want=want).encode(), kind="want"))
 
     def _ask_wanted(self) -> None:
         """Retry missing blobs, asking peers in turn: first those likely to hold them (the signers of the last
@@ -1801,4 +1841,4 @@ class NodeCore:
             return
         digests = tuple(sorted(self._want))[:BLOBS_PER_MESSAGE_MAX]
         target = others[(self._now // WANT_RETRY_TICKS + self._want_skew) % len(others)]
-        self._out.append(Transmit(to=target, data=Envelope(want=digests).encode(), kind="want"))  # type: ignore[attr-defined]
+        self._out.append(Transmit(to=target, data=Envelope(want=digests).encode(), kind="want"))

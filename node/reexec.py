@@ -7,7 +7,8 @@ algorithm state digest and the next committee. The first block whose recorded de
 reported with the reason (``ReexecutionError``).
 
 Blocks are re-executed on this machine: the aggregate's digest is compared bit for bit, which holds on
-the same platform (DESIGN.md, STYLE.md §9); auditing a ledger produced on another CPU architecture may
+the same platform (aggregation is deterministic there: sorted inputs, float64, a fixed reduction order; reproducible
+mode makes it the same on any x86-64 CPU); auditing a ledger produced on another CPU architecture may
 report a digest mismatch although every decision is right (a documented limitation).
 
 Committee mode: the decision is re-executed from the signed score rows, which the validators could not check

@@ -1,4 +1,4 @@
-"""A member's world (DESIGN.md, "A member's world"): its own dataset from local files, its model, its trainer, its
+"""A member's world (docs/design.md, "A member's world"): its own dataset from local files, its model, its trainer, its
 device, the strategy's client side and its seeds, built from the genesis plus the member's own config.
 
 The genesis fixes what every member must agree on, under two reserved ``protocol.params`` keys (both among
@@ -90,7 +90,7 @@ def _pinned(genesis: Genesis, key: str, kind: Any, what: str, name: str) -> Any:
     raw = genesis.protocol.params.get(key)
     if raw is None:
         raise ConfigFileError(f"{what}: protocol.params.{key}: expected {name}, found none (a genesis written before "
-                              "concilium 0.1's issue 33: write it again with this version)")
+                              "concilium 0.1 pinned the training: write it again with this version)")
     try:
         return kind.from_params(raw, f"{what}: protocol.params.{key}")
     except LearningError as e:
@@ -98,7 +98,8 @@ def _pinned(genesis: Genesis, key: str, kind: Any, what: str, name: str) -> Any:
 
 
 def training_plan_of(genesis: Genesis, *, what: str = "genesis") -> TrainingPlan:
-    """The training every member of ``genesis`` runs; a genesis without one (written before issue 33) is refused."""
+    """The training every member of ``genesis`` runs; a genesis without one (written before the genesis pinned it) is
+    refused."""
     return _pinned(genesis, TRAINING_KEY, TrainingPlan, what, "the agreed training plan")  # type: ignore[no-any-return]
 
 

@@ -144,7 +144,7 @@ class RoundMetrics:
     bytes_sent: int
     messages: int
     asr: float = math.nan
-    """Backdoor attack success rate (seed_002 §3.4): the fraction of the triggered non-target test samples the
+    """Backdoor attack success rate (sself spec §3.4): the fraction of the triggered non-target test samples the
     model classifies as the target; NaN without a backdoor (and ``metrics.csv`` then has no such column)."""
     traffic: str = ""
     """This round's traffic by message kind (sent since the previous round was written): space-separated
@@ -180,7 +180,8 @@ class SimResult:
     ``pre_prepare``, ``prepare``, ``commit``, ``decided``, ``decided_header``, ``header_sync_request``, ...)."""
     ground: list[tuple[int, int, bool]] = field(default_factory=list)
     """A ``grind`` fault's proposals: ``(height, block times tried, won)``, where ``won`` means the chosen time's
-    block hash would have made the grinder the next primary under the rule before issue 31."""
+    block hash would have made the grinder the next primary under the old rule that drew it from the previous
+    block's hash."""
 
 
 class _Adversary(Behavior):
@@ -235,7 +236,7 @@ class _Members(Mapping[str, NodeCore]):
     input, in the very state it would have slept in since the start (the genesis; :meth:`_Sleepers.wake` then skips
     its clock to the ticks so far), so making it late changes no outcome; it is checked where it is made
     (``start()`` gives no effect and the node is dormant) and refused otherwise. A member that never gets a role
-    never costs a node, so a run's memory grows with the members that take part (issue 16 item 4), not with the
+    never costs a node, so a run's memory grows with the members that take part, not with the
     members. Iterating makes every node (tests that look at all of them); :meth:`made` does not."""
 
     __slots__ = ("_peers", "_known", "_made", "_make", "deferred")
@@ -370,8 +371,19 @@ class Simulation:
         self._on_round = on_round
         self._wall0 = time.perf_counter()
         limit_threads(1)
-        # --- data, model, trainer, identities and genesis (shared with a testnet's node processes), and the data
-        # attacks: what the local jobs read, which a Ray trainer builds alone (sim._jobs)
+        self._init_world(scenario)
+        self._init_attacks(scenario)
+        self._init_clients(scenario)
+        self._init_nodes(scenario, models_for_all=models_for_all)
+        self._init_traffic()
+        self._init_bookkeeping()
+        self._init_run(ledger_dir, workers=workers, fuzz=fuzz, executor=executor)
+
+    # --- construction (the steps of __init__, in order: each reads only what the ones before it set) -------------
+
+    def _init_world(self, scenario: Scenario) -> None:
+        """Data, model, trainer, identities and genesis, shared with a testnet's node processes, and the data
+        attacks: what the local jobs read, which a Ray trainer builds alone (sim._jobs)."""
         self.jobs = JobHost(scenario)
         world = self.world = self.jobs.world
         self.public_data = world.public_data
@@ -384,8 +396,12 @@ class Simulation:
         self.keys = {k.peer_id: k for k in keys}
         self.index = {k.peer_id: i for i, k in enumerate(keys)}
         self.peers = sorted(self.keys)
-        p = scenario.protocol
         self.genesis = world.genesis
+
+    def _init_attacks(self, scenario: Scenario) -> None:
+        """The adversary: the Byzantine members, the update and data attacks (and a backdoor's success-rate set),
+        and the faults."""
+        keys = self.world.keys
         first_committee = set(genesis_committee(self.genesis))
         self.byzantine = frozenset(keys[i].peer_id for i in byzantine_indices(scenario, self.genesis))
         self.update_attack = parse_update_attack(scenario.adversary.attack) if scenario.adversary.attack else None
@@ -412,9 +428,13 @@ class Simulation:
         self._faults = self._resolve_faults(scenario.adversary.faults, sorted(first_committee))
         self.ground: list[tuple[int, int, bool]] = []  # a grind fault's proposals (SimResult.ground)
         self.fault_plan = FaultPlan([Fault(f.kind, target, f.from_round, f.delay_ms, f.until_round, f.skew_ms, f.tries) for target, f in self._faults])
-        # --- the strategy's client side (coordinator mode), availability, public split
-        self.strategy: Strategy | None = world.strategy
-        self.public_eval = world.public_eval()
+
+    def _init_clients(self, scenario: Scenario) -> None:
+        """The strategy's client side (coordinator mode), the availability model, the public split, and the
+        members' compute profiles."""
+        p = scenario.protocol
+        self.strategy: Strategy | None = self.world.strategy
+        self.public_eval = self.world.public_eval()
         self.availability = None
         if scenario.adversary.availability:
             actx = AvailabilityContext(
@@ -440,7 +460,10 @@ class Simulation:
                              + (scenario.compute.straggler_ms if self.index[pid] >= scenario.members - scenario.compute.stragglers else 0.0)))
             for pid in self.peers
         }
-        # --- nodes: one chain context (and signature memo) for all of them, as one process verifies a
+
+    def _init_nodes(self, scenario: Scenario, *, models_for_all: bool) -> None:
+        """Every member's node core (made when first asked for: :class:`_Members`), and the ones made now."""
+        # One chain context (and signature memo) for all of them, as one process verifies a
         # signature once; every node still runs every check (a memo hit is a past successful check).
         # The round rules (a height's plan: the client sample) and the genesis state are pure functions of the
         # genesis and the chain state, shared the same way. The block memo covers the heights a lazy member
@@ -484,13 +507,15 @@ class Simulation:
             for pid in self.peers:
                 if pid not in self.nodes.deferred:
                     self.nodes[pid]
-        # --- network and bookkeeping
+
+    def _init_traffic(self) -> None:
+        """The network (links, event queue, virtual clock) and its traffic counters."""
         self._net_rng = self._rng.child("network").python()
         self._setup_links()
         self._queue: list[tuple[int, int, str, Any]] = []
         self._seq = 0
         self._now_us = 0
-        self._tick_us = p.tick_ms * 1000
+        self._tick_us = self.sc.protocol.tick_ms * 1000
         self.bytes_by_kind: dict[str, int] = {}
         self.messages_by_kind: dict[str, int] = {}
         self._traffic_mark: dict[str, tuple[int, int]] = {}  # the totals when the last round was written
@@ -498,6 +523,10 @@ class Simulation:
         self._consensus_sent: dict[str, list[int]] = {}  # consensus message kind -> [messages, bytes] so far
         self._consensus_mark: dict[str, tuple[int, int]] = {}
         self.consensus_by_round: list[dict[str, tuple[int, int]]] = []
+
+    def _init_bookkeeping(self) -> None:
+        """The run's counters, and what it keeps of each round: jobs, uploads, speculation, decided blocks,
+        metrics."""
         self.dropped = 0
         self.corruptions = 0
         self.equivocations = 0
@@ -525,6 +554,12 @@ class Simulation:
         self._written = 0
         self.metrics: list[RoundMetrics] = []
         self.acceptance: dict[str, list[int]] = {pid: [0, 0] for pid in self.peers}
+
+    def _init_run(
+        self, ledger_dir: Path | None, *, workers: int | None, fuzz: FuzzSpec | None,
+        executor: Callable[[Simulation], Any] | None,
+    ) -> None:
+        """The training pool, the ledger writer, the chain's head and the fuzzer."""
         self._writer = None
         self.workers = default_workers(self.trainer.device.type) if workers is None else max(0, int(workers))
         self._executor = executor
@@ -769,7 +804,7 @@ class Simulation:
             elif isinstance(fx, Decided):
                 self._on_decided(peer, fx)
             elif isinstance(fx, Misbehavior):
-                self.evidence_seen.add(sha256(fx.evidence.encode()))  # type: ignore[attr-defined]
+                self.evidence_seen.add(sha256(fx.evidence.encode()))
                 if self.fuzzer is not None:
                     self.fuzzer.on_evidence(peer, fx.evidence, where=f"node n{self.index[peer]} at {self._now_us} µs")
 
@@ -885,7 +920,7 @@ class Simulation:
         self._requested.setdefault(r, []).append((peer, job.purpose))
         if self._busy_until.get(peer, -1) > self._now_us:
             self.busy_skipped += 1
-            return  # still computing an earlier job: the device ignores the request (seed_002 §1.2)
+            return  # still computing an earlier job: the device ignores the request (sself spec §1.2)
         outcome = self._availability_outcome(peer, job)
         if outcome == DROPPED:
             return

@@ -20,8 +20,8 @@ Mutations by message kind (all of the envelope kinds of ``node._wire``):
 * ``update``: ``n_samples``, ``fl_round`` or the digest changed and re-signed; the blob replaced (random
   bytes, a vector of the wrong size, huge values) with its digest re-signed; the commitment changed with the
   old signature kept; the update sent to peers outside the committee.
-* ``scores``: a client's commitment changed inside the row with the client's signature kept (issue 13's
-  framing attempt), distances scaled, zeroed or dropped, clients added, the reference or height changed -
+* ``scores``: a client's commitment changed inside the row with the client's signature kept (a member
+  framing an honest client), distances scaled, zeroed or dropped, clients added, the reference or height changed -
   the row re-signed.
 * ``pbft``: votes for another block, height or view; a pre-prepare whose payload carries fabricated
   evidence, another model digest, fewer updates or another next committee, its header re-bound and
@@ -294,7 +294,7 @@ class ByzantineFuzzer:
         ups, dist = body.get("updates"), body.get("distances")
         if name in ("frame_client", "distance", "drop_client", "extra_client") and not ups:
             return False
-        if name == "frame_client":  # issue 13: a client's n_samples changed inside the row, its signature kept
+        if name == "frame_client":  # framing: a client's n_samples changed inside the row, its signature kept
             k = r.choice(sorted(ups))
             ups[k][1] = ups[k][1] + 1
         elif name == "distance":
@@ -335,7 +335,7 @@ class ByzantineFuzzer:
                 fabricated = self._fabricated_evidence(r)
                 if fabricated is None:
                     return False
-                payload["evidence"] = list(payload.get("evidence", [])) + [fabricated.to_value()]  # type: ignore[attr-defined]
+                payload["evidence"] = list(payload.get("evidence", [])) + [fabricated.to_value()]
             elif name == "model_digest":
                 payload["model_digest"] = r.randbytes(32)
             elif name == "drop_update":
@@ -385,7 +385,7 @@ class ByzantineFuzzer:
         honest = [m for q in self._honest_signed.values() for m in q if m.kind == "pre_prepare"]
         if not honest:
             return False
-        msg["signed"] = _thaw(r.choice(honest).to_value())  # type: ignore[attr-defined]
+        msg["signed"] = _thaw(r.choice(honest).to_value())
         return True
 
     def _semantic_want(self, frm: str, env: dict[str, Any], name: str) -> bool:
@@ -431,7 +431,7 @@ class ByzantineFuzzer:
             if choice == 2 and len(seen) >= 2:
                 a, b = r.sample(seen, 2)
                 return Evidence(kind="equivocation", offender=who, height=a.height, view=a.view,
-                                exhibits=tuple(sorted((a, b), key=lambda m: m.encode())), reason="fabricated")  # type: ignore[attr-defined]
+                                exhibits=tuple(sorted((a, b), key=lambda m: m.encode())), reason="fabricated")
             x = r.choice(seen)
             return Evidence(kind="made_up", offender=who, height=x.height, view=x.view, exhibits=(x,), reason="fabricated")
         except ValueError:
@@ -449,11 +449,11 @@ class ByzantineFuzzer:
             return
         try:
             body = signed["body"]
-            hd = BlockHeader.from_value(body["header"])  # type: ignore[attr-defined]
-            pl = Payload.from_value(payload)  # type: ignore[attr-defined]
+            hd = BlockHeader.from_value(body["header"])
+            pl = Payload.from_value(payload)
             new = make_header(chain_id=hd.chain_id, height=hd.height, prev_hash=hd.prev_hash, view=hd.view,
                               proposer=hd.proposer, time_ms=hd.time_ms, payload=pl, fl_round=hd.fl_round)
-            body["header"] = new.to_value()  # type: ignore[attr-defined]
+            body["header"] = new.to_value()
         except (LedgerError, ValueError, TypeError, KeyError, OverflowError):
             return
 
@@ -499,7 +499,7 @@ def _signed_messages(v: Any) -> list[SignedMessage]:
             stack.extend(x.values())
             try:
                 if x.keys() == _SIGNED_KEYS:
-                    out.append(SignedMessage.from_value(x))  # type: ignore[attr-defined]
+                    out.append(SignedMessage.from_value(x))
                 elif x.keys() == _COMMITMENT_KEYS:
                     body = {"digest": x["digest"], "n_samples": x["n_samples"], "peer": x["peer"]}
                     out.append(SignedMessage(signer=x["peer"], kind="update", height=x["fl_round"], view=0, body=body,

@@ -317,7 +317,8 @@ def verify_ledger(path: Path, *, public: PublicEval | None = None, now_ms: int |
 
 def ledger_verdict(path: Path, *, public: PublicEval | None = None, now_ms: int | None = None) -> tuple[str, str]:
     """``(status, verdict line)`` of :func:`verify_ledger`'s audit: ``"ok"``, ``"not_reexecuted"`` (every check
-    but re-execution passed; the line names why the rounds could not be re-executed: never an OK, issue 32 item 3)
+    but re-execution passed; the line names why the rounds could not be re-executed: never an OK, since the
+    audit did not check what the rounds computed)
     or ``"fail"``."""
     _, line, status = _audit(path, public=public, now_ms=now_ms)
     return status, line
@@ -388,7 +389,7 @@ def run_scenario(
         check_model_fits(sim, path)
         bar = None
         # a progress bar on a terminal; in a log file (stderr not a terminal) one plain line every tenth of the run,
-        # with no carriage-return frames (issue 32 item 5)
+        # with no carriage-return frames, which a log file would keep
         plain = progress and not sys.stderr.isatty()
         every = max(1, scenario.rounds // 10)
         t_start = time.perf_counter()
@@ -451,7 +452,7 @@ def run_scenario(
             if bar is not None:
                 bar.close()
         if sim.diverged_jobs and all(m.accepted == 0 and m.stale_accepted == 0 for m in res.rounds):
-            # every height was decided without an update (by re-drawn committees, as skips: issue 31 item 2)
+            # every height was decided without an update (by re-drawn committees, as skips)
             raise ConfigFileError(
                 f"{path}: local training diverged to non-finite values ({sim.diverged_jobs} jobs) and no round "
                 f"aggregated an update in {len(res.rounds)} rounds: lower training.lr ({scenario.training.lr})"

@@ -73,6 +73,7 @@ __all__ = [
     "FaultConfig",
     "LinkConfig",
     "ModelSection",
+    "PAPER_ALIASES",
     "NetworkConfig",
     "PartitionConfig",
     "ProtocolSection",
@@ -80,6 +81,7 @@ __all__ = [
     "Scenario",
     "TrainingSection",
     "bundled_scenario_names",
+    "current_scenario_name",
     "default_scenario_path",
     "load_scenario",
     "resolve_scenario",
@@ -89,7 +91,8 @@ MODEL_PUSH = ("all", "participants")
 OUTSIDERS = ("blocks", "headers", "lazy")
 
 # Bounds, so that a scenario that loads also runs: a value past them would allocate terabytes, never end, or
-# overflow inside the simulator or torch (issue 13). Far above every scenario of scenarios/ and the papers.
+# overflow inside the simulator or torch, rather than fail with a clear error. Far above every scenario of
+# scenarios/ and the papers.
 ROUNDS_MAX = 1_000_000
 STEPS_MAX = 100_000
 EPOCHS_MAX = 10_000
@@ -170,7 +173,7 @@ class DataSection:
     partition_params: Mapping[str, Any] = field(default_factory=_empty)
     test_fraction: float = 0.2
     public_size: int = 0
-    """Class-balanced public samples taken out of the training pool before partitioning (seed_002 §1.3);
+    """Class-balanced public samples taken out of the training pool before partitioning (sself spec §1.3);
     0 = none. Strategies that score models on a public split (Sself) need it."""
     local_datasets: int = 0
     """How many local datasets the partition makes (0: one per member). With ``K`` of them, member ``i`` holds
@@ -410,14 +413,14 @@ class AdversaryConfig:
     ``"bounded(tau_max=20)"``, ``"stragglers(max_delay=2)"``; empty = every sampled client responds."""
     per_round: int = 0
     """A mobile adversary instead of a fixed set: in every round exactly this many of the sampled clients
-    (a seeded choice) run the attack for that round's job (seed_002 §3.1: "exactly round(rK) adversaries per
+    (a seeded choice) run the attack for that round's job (sself spec §3.1: "exactly round(rK) adversaries per
     round"); needs ``byzantine = 0``."""
     from_round: int = 1
-    """First round (1-based) in which the adversaries attack; before it they train and send honestly (seed_002
+    """First round (1-based) in which the adversaries attack; before it they train and send honestly (sself spec
     §3.4: the backdoor runs "after the 10-th global round", i.e. ``from_round = 11``). Applies to ``attack``,
     ``data_attack`` and ``n_samples``; availability and faults have their own schedules."""
     n_samples: int = 0
-    """The sample count each Byzantine client signs in its updates instead of its own (issue 31 item 7: e.g.
+    """The sample count each Byzantine client signs in its updates instead of its own (e.g.
     ``9007199254740991`` = 2^53 − 1, the largest a commitment takes); 0: its own. The round rules cap what a
     count weighs (``protocol.params.n_samples_cap``)."""
 
@@ -606,12 +609,52 @@ def bundled_scenario_names() -> list[str]:
     return sorted(names, key=lambda n: ("/" in n, n))
 
 
+PAPER_ALIASES: Mapping[str, str] = MappingProxyType({
+    "seed000": "unavailability",  # FedAvg/FedProx/MIFA under adversarial client unavailability (Su, Xu, Yang)
+    "seed001": "mimic",  # MimiC: combating client dropouts by mimicking central updates (Sun, Mao, Zhang)
+    "seed002": "sself",  # Sself: robust federated learning against stragglers and adversaries
+    "seed003": "cmfl",  # CMFL: committee mechanism based federated learning
+    "seed004": "fedro",  # FedRo: tackling Byzantine clients in federated learning
+})
+"""The papers' former ids (``seed000`` … ``seed004``) and the names they go by now. A bundled scenario file of a
+paper is ``<name>_<what>.toml`` (``seed001_corr.toml`` is now ``mimic_corr.toml``), or ``<name>.toml`` where
+``<what>`` was the name itself (``seed003_cmfl.toml`` is ``cmfl.toml``, ``seed004_fedro.toml`` is ``fedro.toml``).
+The files keep their ``name`` keys (``seed001-corr``): the chain id and the member keys derive from it, so a
+ledger written under the old file name and one written under the new are the same chain."""
+
+
+def current_scenario_name(name: str) -> str:
+    """The current name of a scenario file (or of a path's last part, with or without ``.toml``) that ``name``
+    gives by a paper's former id: ``seed001_corr`` is ``mimic_corr``, ``full/seed004_femnist_fig2.toml`` is
+    ``full/fedro_femnist_fig2.toml``, ``seed003_cmfl`` is ``cmfl``. Any other name is returned unchanged."""
+    head, sep, last = name.replace(os.sep, "/").rpartition("/")
+    old, underscore, what = last.partition("_")
+    if old not in PAPER_ALIASES or not underscore or not what:
+        return name
+    new = PAPER_ALIASES[old]
+    stem = what.removesuffix(".toml")
+    return head + sep + (new if stem == new else f"{new}_{stem}") + what[len(stem):]
+
+
+def _renamed_file(path: Path) -> Path | None:
+    """``path``'s file under its current name, when ``path`` is missing and names a renamed bundled scenario."""
+    new = current_scenario_name(path.name)
+    if new == path.name:
+        return None
+    moved = path.with_name(new)
+    try:
+        return moved if moved.is_file() else None
+    except OSError:  # e.g. a name too long for the file system
+        return None
+
+
 def resolve_scenario(spec: str | os.PathLike[str] | None) -> Path:
     """The scenario file that ``spec`` names: a path to a TOML file, or the name of a bundled scenario
-    (``quickstart``, ``coordinator_fedavg.toml``, ``full/seed004_femnist_fig2``); ``None`` is ``quickstart``.
+    (``quickstart``, ``coordinator_fedavg.toml``, ``full/fedro_femnist_fig2``); ``None`` is ``quickstart``.
 
-    An existing file wins over a bundled name, so a local file always runs as given. A missing one raises
-    :class:`ConfigFileError` with one line listing the bundled names.
+    An existing file wins over a bundled name, so a local file always runs as given. A paper's former scenario
+    names still work, as names and as paths (``seed001_corr``, ``scenarios/seed004_fedro.toml``: see
+    :data:`PAPER_ALIASES`). A missing one raises :class:`ConfigFileError` with one line listing the bundled names.
     """
     if spec is None:
         return default_scenario_path()
@@ -624,8 +667,11 @@ def resolve_scenario(spec: str | os.PathLike[str] | None) -> Path:
         exists = False
     names = bundled_scenario_names()
     name = str(spec).removesuffix(".toml")
-    if name in names:
-        return _bundled_dir() / f"{name}.toml"
+    for n in (name, current_scenario_name(name)):
+        if n in names:
+            return _bundled_dir() / f"{n}.toml"
+    if not exists and (moved := _renamed_file(path)) is not None:
+        return moved
     if exists:  # a directory or a special file: load_scenario says what is wrong with it
         return path
     raise ConfigFileError(f"{spec}: no such scenario file or bundled scenario (bundled: {', '.join(names)})")
@@ -664,7 +710,10 @@ def apply_sets(data: dict[str, Any], sets: Sequence[str]) -> None:
 def load_scenario(path: str | os.PathLike[str], *, sets: Sequence[str] = (), **overrides: Any) -> Scenario:
     """Load and validate a scenario file; ``overrides`` replace top-level keys (e.g. ``seed``, ``rounds``), ``sets``
     are ``--set KEY=VALUE`` overrides (:func:`apply_sets`), applied first. Its ``app`` (relative to the file) is
-    imported before the rest validates, so that the names it registers do (``node.apps``)."""
+    imported before the rest validates, so that the names it registers do (``node.apps``). A path to a bundled
+    scenario by a paper's former name loads the renamed file (:func:`current_scenario_name`)."""
+    if not os.path.exists(path) and (moved := _renamed_file(Path(path))) is not None:
+        path = moved
     data = load_toml(path, what="scenario")
     apply_sets(data, sets)
     for k, v in overrides.items():

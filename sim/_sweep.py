@@ -1,5 +1,5 @@
 """``concilium sim sweep``: one scenario over a grid of ``--set`` overrides and seeds, one results folder per run,
-a table and a plot across them (issue 32 item 4).
+a table and a plot across them.
 
     concilium sim sweep SCENARIO --grid training.lr=0.01,0.05 [--grid KEY=V1,V2 ...] --seeds 0-4 --out DIR
 

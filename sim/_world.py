@@ -146,7 +146,7 @@ def _genesis(
         if key in params:
             raise ValueError(f"protocol.params.{key} is reserved: the genesis' {key} comes from the scenario's "
                              f"[{key}] section")
-    # what every member must agree on: the training they run and what their data must be (issue 33; node.world)
+    # what every member must agree on: the training they run and what their data must be (node.world)
     params[TRAINING_KEY] = plan.to_params()
     params[DATA_KEY] = contract.to_params()
     if scenario.app:  # the genesis pins the app: its name and digest (node.apps)

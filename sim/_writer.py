@@ -75,7 +75,7 @@ def _write_all(
             if failed or not batch:
                 continue  # drain: the simulation learns of the error at its next call
             try:
-                blocks = [Block.decode(b) if isinstance(b, bytes) else b for b, _, _ in batch]  # type: ignore[attr-defined]
+                blocks = [Block.decode(b) if isinstance(b, bytes) else b for b, _, _ in batch]
                 got = blobs.put_many([x for _, data, _ in batch for x in data])
                 at = 0
                 for block, (_, data, digests) in zip(blocks, batch):
@@ -158,7 +158,7 @@ class LedgerWriter:
         self._raise()
         if self._conn is not None:
             try:
-                self._conn.send((block.encode(), blobs, digests))  # type: ignore[attr-defined]
+                self._conn.send((block.encode(), blobs, digests))
             except OSError as e:  # BrokenPipeError: the writer process is gone
                 self._poll()  # its own error first, if it sent one before dying
                 self._died(e)

@@ -1,4 +1,4 @@
-"""Shared machinery of the paper reproductions (``benchmarks/reproduce.py SEED_ID``).
+"""Shared machinery of the paper reproductions (``benchmarks/reproduce.py PAPER``).
 
 Every run goes through the real simulator (``sim.run_scenario``): the elected coordinator, the committee
 re-executing its aggregation, pBFT, Ed25519 signatures and the SQLite ledger, verified with re-execution
@@ -6,9 +6,9 @@ at the end of each run. A reproduction is a list of :class:`Run` (a scenario fil
 a process pool, then a list of :class:`Claim` checked against the measured numbers and written to a
 markdown report with a table and plots.
 
-Paper modules (``benchmarks/repro/seed00N.py``) provide ``reproduce(out: Path, *, fast: bool, workers:
-int) -> Report``. ``fast`` is the small subset the default test run checks (seconds to a minute); the
-full set is behind the ``slow`` marker and the command line.
+Paper modules (``benchmarks/repro/<paper>.py``: ``unavailability``, ``mimic``, ``sself``, ``cmfl``, ``fedro``)
+provide ``reproduce(out: Path, *, fast: bool, workers: int) -> Report``. ``fast`` is the small subset the default
+test run checks (seconds to a minute); the full set is behind the ``slow`` marker and the command line.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def _run_one(run: Run, out: Path) -> RunResult:
         label=run.label,
         rows=rows,
         records=records,
-        # a run whose scenario makes committee members lie (seed003's S2) verifies when the audit names their score
-        # rows and nothing else (issue 31 item 8: the audit recomputes every row from the stored updates)
+        # a run whose scenario makes committee members lie (cmfl's S2) verifies when the audit names their score
+        # rows and nothing else (the audit recomputes every row from the stored updates)
         verified=bool(summary.get("ledger_valid_but_for_faulty_members", summary.get("ledger_verified", False))),
         verify_line=str(summary.get("ledger_verdict", "")) + (
             f" (as expected: {len(summary['ledger_findings'])} score rows of the scenario's lying members named)"

@@ -1,4 +1,4 @@
-"""Thin reproduction margins over more seeds (issue 15 item 5): ``benchmarks/reproduce.py margins``.
+"""Thin reproduction margins over more seeds: ``benchmarks/reproduce.py margins``.
 
 Three claims of the paper runners passed on their seed average by a thin margin: seed 001 **B4-S4** (scheme 3, P =
 0.1: B4a last10(MimiC) − last10(FedAvg) ≥ −1 pp, B4b osc(MimiC) ≤ 0.5 osc(FedAvg), B4c last10(MimiC) −
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.repro import seed000, seed001, seed002
+from benchmarks.repro import unavailability, mimic, sself
 from benchmarks.repro._common import Report, Run, RunResult, deep_merge, markdown_table, run_all
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
 CLAIMS = ("B4-S4", "R1-c", "A11a")
 """The thin-margin claims, in report order."""
 
-FAST_ROUNDS = {"seed000": 6, "seed001": 3, "seed002": 3, "seed002-wait": 1}
+FAST_ROUNDS = {"unavailability": 6, "mimic": 3, "sself": 3, "sself-wait": 1}
 """``fast``: rounds per run (seed 002's wait-for-stragglers rounds last ~3 time units each)."""
 FAST_EVAL_EVERY = 2
 """``fast``: seed 000 evaluates every 2 rounds (3 points, 1 difference in the second half)."""
@@ -203,13 +203,13 @@ def _verdicts(seeds: tuple[int, ...], runner_seeds: tuple[int, ...], check: Call
 
 
 def _b4_runs(seeds: Sequence[int], fast: bool) -> list[Run]:
-    rounds = FAST_ROUNDS["seed001"] if fast else seed001.ROUNDS
-    return [replace(seed001.run_for("S4", m, s, rounds), plots=False) for s in seeds for m in seed001.B4_METHODS]
+    rounds = FAST_ROUNDS["mimic"] if fast else mimic.ROUNDS
+    return [replace(mimic.run_for("S4", m, s, rounds), plots=False) for s in seeds for m in mimic.B4_METHODS]
 
 
 def _b4(results: Mapping[str, RunResult], seeds: tuple[int, ...]) -> ClaimResult:
-    def per(s: int, method: str) -> seed001.Stats:
-        st = seed001.summary(results, "S4", method, (s,))
+    def per(s: int, method: str) -> mimic.Stats:
+        st = mimic.summary(results, "S4", method, (s,))
         assert st is not None, (s, method)
         return st
 
@@ -225,59 +225,62 @@ def _b4(results: Mapping[str, RunResult], seeds: tuple[int, ...]) -> ClaimResult
                  dist(lambda s: per(s, "MimiC").last10 - per(s, "MIFA").last10, -1.5)),
     ]
     runner, per_seed, every = _verdicts(
-        seeds, seed001.SEEDS, lambda r, ss: seed001.check_b4(r, results, ss, ("S4",)),
+        seeds, mimic.SEEDS, lambda r, ss: mimic.check_b4(r, results, ss, ("S4",)),
         ("B4a-S4", "B4b-S4", "B4c-S4"))
-    return ClaimResult("B4-S4", "seed001", "S4 (scheme 3, P = 0.1): last10(MimiC) ≥ last10(FedAvg) − 1.0 pp, "
+    return ClaimResult("B4-S4", "mimic", "S4 (scheme 3, P = 0.1): last10(MimiC) ≥ last10(FedAvg) − 1.0 pp, "
                        "osc(MimiC) ≤ 0.5 osc(FedAvg), last10(MimiC) ≥ last10(MIFA) − 1.5 pp (means over seeds)",
-                       seed001.SEEDS, qs, runner, per_seed, every)
+                       mimic.SEEDS, qs, runner, per_seed, every)
 
 
 def _r1c_runs(seeds: Sequence[int], fast: bool) -> list[Run]:
     out = []
     for s in seeds:
-        for algo in seed000.R1C_ALGORITHMS:
-            run = replace(seed000.run_for(algo, 0.8, s, rounds=FAST_ROUNDS["seed000"] if fast else None), plots=False)
+        for algo in unavailability.R1C_ALGORITHMS:
+            rounds = FAST_ROUNDS["unavailability"] if fast else None
+            run = replace(unavailability.run_for(algo, 0.8, s, rounds=rounds), plots=False)
             if fast:
                 run = replace(run, overrides=deep_merge(run.overrides, {"eval_every": FAST_EVAL_EVERY}))
             out.append(run)
     return out
 
 
-def _r1c(stats: Mapping[tuple[str, int], seed000.RunStats], seeds: tuple[int, ...]) -> ClaimResult:
-    def cell(ss: Sequence[int]) -> dict[tuple[str, float], seed000.Cell]:
-        return seed000.cells({st.label: st for (_, s), st in stats.items() if s in set(ss)})
+def _r1c(stats: Mapping[tuple[str, int], unavailability.RunStats], seeds: tuple[int, ...]) -> ClaimResult:
+    def cell(ss: Sequence[int]) -> dict[tuple[str, float], unavailability.Cell]:
+        return unavailability.cells({st.label: st for (_, s), st in stats.items() if s in set(ss)})
 
     qs = [Quantity(f"R1-c ({naive})", f"rough({naive}) − rough({naive}_v)", "loss",
                    Distribution(seeds, tuple(stats[(naive, s)].rough - stats[(f"{naive}_v", s)].rough
                                              for s in seeds), 0.0))
           for naive in ("FedAvg", "FedProx")]
-    runner, per_seed, every = _verdicts(seeds, seed000.SEEDS, lambda r, ss: seed000.check_r1c(r, cell(ss)),
-                                        ("R1-c",))
-    return ClaimResult("R1-c", "seed000", "at ε = 0.8: rough(FedAvg_v) ≤ rough(FedAvg) and rough(FedProx_v) ≤ "
-                       "rough(FedProx) (means over seeds)", seed000.SEEDS, qs, runner, per_seed, every)
+    runner, per_seed, every = _verdicts(seeds, unavailability.SEEDS,
+                                        lambda r, ss: unavailability.check_r1c(r, cell(ss)), ("R1-c",))
+    return ClaimResult("R1-c", "unavailability",
+                       "at ε = 0.8: rough(FedAvg_v) ≤ rough(FedAvg) and rough(FedProx_v) ≤ rough(FedProx) "
+                       "(means over seeds)",
+                       unavailability.SEEDS, qs, runner, per_seed, every)
 
 
-def _a11a_runs(seeds: Sequence[int], fast: bool) -> list[seed002.SeedRun]:
+def _a11a_runs(seeds: Sequence[int], fast: bool) -> list[sself.SeedRun]:
     out = []
     for s in seeds:
-        for scheme in seed002.A11A_SCHEMES:
+        for scheme in sself.A11A_SCHEMES:
             rounds = None
             if fast:
-                rounds = FAST_ROUNDS["seed002-wait" if scheme.startswith("wait") else "seed002"]
-            out.append(replace(seed002.run_for("R4-LF", scheme, s, rounds=rounds), plots=False))
+                rounds = FAST_ROUNDS["sself-wait" if scheme.startswith("wait") else "sself"]
+            out.append(replace(sself.run_for("R4-LF", scheme, s, rounds=rounds), plots=False))
     return out
 
 
-def _a11a(results: Mapping[str, tuple[RunResult, seed002.Outcome]], seeds: tuple[int, ...]) -> ClaimResult:
+def _a11a(results: Mapping[str, tuple[RunResult, sself.Outcome]], seeds: tuple[int, ...]) -> ClaimResult:
     def acc(scheme: str, s: int) -> float:
-        return seed002.acc_time(results[seed002.run_for("R4-LF", scheme, s).label][0])  # R4 is timed: acc at budget
+        return sself.acc_time(results[sself.run_for("R4-LF", scheme, s).label][0])  # R4 is timed: acc at budget
 
     values = tuple(acc("Sself", s) - acc("wait-RFA", s) for s in seeds)
     qs = [Quantity("A11a", "acc(Sself) − acc(wait+RFA)", "accuracy", Distribution(seeds, values, 0.05))]
-    runner, per_seed, every = _verdicts(seeds, seed002.SEEDS, lambda r, ss: seed002.check_a11a(r, results, ss),
+    runner, per_seed, every = _verdicts(seeds, sself.SEEDS, lambda r, ss: sself.check_a11a(r, results, ss),
                                         ("A11a",))
-    return ClaimResult("A11a", "seed002", "R4 label flip: acc(Sself) − acc(wait+RFA) ≥ +0.05 (mean over seeds)",
-                       seed002.SEEDS, qs, runner, per_seed, every)
+    return ClaimResult("A11a", "sself", "R4 label flip: acc(Sself) − acc(wait+RFA) ≥ +0.05 (mean over seeds)",
+                       sself.SEEDS, qs, runner, per_seed, every)
 
 
 # --- entry point ---------------------------------------------------------------------------------------------
@@ -291,7 +294,7 @@ def plan(seeds: Sequence[int], *, fast: bool = False) -> dict[str, Sequence[Run]
 
 def margins(out: Path, *, seeds: Sequence[int], workers: int = 2, fast: bool = False,
             claims: Sequence[str] = CLAIMS, log: Callable[[str], None] = print) -> MarginsResult:
-    """Rerun the runs of ``claims`` over ``seeds`` into ``out/seed00N/``, verify every ledger, compute the margins.
+    """Rerun the runs of ``claims`` over ``seeds`` into ``out/<paper>/``, verify every ledger, compute the margins.
 
     Each paper's runs go through that paper's own runner (seed 000 under one BLAS thread per process, as its
     reproduction runs). Returns the claims (see :class:`ClaimResult`) and every run by label."""
@@ -308,24 +311,25 @@ def margins(out: Path, *, seeds: Sequence[int], workers: int = 2, fast: bool = F
     found: dict[str, ClaimResult] = {}
     if "R1-c" in claims:
         runs = _r1c_runs(ss, fast)
-        log(f"margins: R1-c (seed000), {len(runs)} runs into {out / 'seed000'}/")
-        with threadpool_limits(limits=1):  # as seed000.reproduce: one BLAS thread per process
-            res = run_all(runs, out / "seed000", workers=workers, log=log)
-            stats = {(algo, s): seed000.analyse_run(res[seed000.run_for(algo, 0.8, s).label], algo, 0.8, s)
-                     for s in ss for algo in seed000.R1C_ALGORITHMS}
+        log(f"margins: R1-c (unavailability), {len(runs)} runs into {out / 'unavailability'}/")
+        with threadpool_limits(limits=1):  # as unavailability.reproduce: one BLAS thread per process
+            res = run_all(runs, out / "unavailability", workers=workers, log=log)
+            stats = {(algo, s): unavailability.analyse_run(res[unavailability.run_for(algo, 0.8, s).label],
+                                                           algo, 0.8, s)
+                     for s in ss for algo in unavailability.R1C_ALGORITHMS}
         result.runs |= res
         found["R1-c"] = _r1c(stats, ss)
     if "B4-S4" in claims:
         runs = _b4_runs(ss, fast)
-        log(f"margins: B4-S4 (seed001), {len(runs)} runs into {out / 'seed001'}/")
-        res = run_all(runs, out / "seed001", workers=workers, log=log)
+        log(f"margins: B4-S4 (mimic), {len(runs)} runs into {out / 'mimic'}/")
+        res = run_all(runs, out / "mimic", workers=workers, log=log)
         result.runs |= res
         found["B4-S4"] = _b4(res, ss)
     if "A11a" in claims:
         runs2 = _a11a_runs(ss, fast)
         order = sorted(runs2, key=lambda r: -int(r.overrides["rounds"]))  # longest first, for the pool
-        log(f"margins: A11a (seed002), {len(runs2)} runs into {out / 'seed002'}/")
-        res2 = seed002.run_many(order, out / "seed002", workers)
+        log(f"margins: A11a (sself), {len(runs2)} runs into {out / 'sself'}/")
+        res2 = sself.run_many(order, out / "sself", workers)
         result.runs |= {r.label: res2[r.label][0] for r in runs2}
         found["A11a"] = _a11a(res2, ss)
     result.claims = [found[c] for c in CLAIMS if c in found]

@@ -80,10 +80,10 @@ def _labels(y: Any, num_classes: int | None) -> np.ndarray:
 class LabelFlip:
     """Label flipping: every label ``i`` becomes ``π(i)``.
 
-    .. math:: \\pi(i) = (i + 1) \\bmod C \\quad\\text{(default; seed_002 §3.2)}, \\qquad
+    .. math:: \\pi(i) = (i + 1) \\bmod C \\quad\\text{(default; sself spec §3.2)}, \\qquad
               \\text{or any map } \\pi : \\{0..C-1\\} \\to \\{0..C-1\\}
 
-    :meth:`reverse` gives ByzFL / EPFL's ``π(i) = C − 1 − i`` (seed_004 §4). Features are returned unchanged
+    :meth:`reverse` gives ByzFL / EPFL's ``π(i) = C − 1 − i`` (fedro spec §4). Features are returned unchanged
     (the same object).
 
     Parameters
@@ -132,7 +132,7 @@ class LabelFlip:
 @register_data_attack("backdoor")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backdoor:
-    """Pixel-pattern backdoor with optional model replacement (Bagdasaryan et al. 2020; seed_002 §3.4).
+    """Pixel-pattern backdoor with optional model replacement (Bagdasaryan et al. 2020; sself spec §3.4).
 
     .. math::
 
@@ -140,9 +140,9 @@ class Backdoor:
         \\qquad u_{\\mathrm{sent}} = s \\, u
 
     ``T`` sets the rectangle ``rows × cols`` of the last two (spatial) axes to ``value`` in every channel
-    (seed_002 default: 12 white pixels, rows 0–2, columns 0–3, before normalisation); flat feature vectors need
+    (sself spec default: 12 white pixels, rows 0–2, columns 0–3, before normalisation); flat feature vectors need
     ``image_shape=(H, W)`` (``d = H·W`` or ``C·H·W``, channel-first). ``k = poisoned_per_batch`` (20 of 64 in
-    seed_002). Model replacement scales the update by ``s = boost`` (seed_002 default ``s = n/η = K``;
+    sself spec). Model replacement scales the update by ``s = boost`` (sself spec default ``s = n/η = K``;
     ``s = 1`` is the no-scale variant) -- apply it with :meth:`boost_update` after local training. Attack success
     rate: :meth:`apply_trigger` on the test samples whose label is not ``target``.
 
@@ -231,7 +231,7 @@ class Backdoor:
         return x_out, y_out
 
     def trigger_test_set(self, x: Any, y: Any, /) -> tuple[Any, Any]:
-        """The attack-success-rate set (seed_002 §3.4, §7.2 item 11): every sample whose label is not ``target``,
+        """The attack-success-rate set (sself spec §3.4, §7.2 item 11): every sample whose label is not ``target``,
         trigger stamped, labelled ``target``; a model's accuracy on it is the ASR. Same types as the inputs."""
         labels = _labels(y, None)
         if len(x) != len(labels):

@@ -5,14 +5,15 @@ may see and returns **one** Byzantine update of shape ``(d,)`` with the honest u
 float64, rounded once). Conventions:
 
 * *Omniscient* attacks (ALIE, IPM/FOE, mimic, sign flipping of the mean) use the current round's honest updates;
-  every Byzantine client sends the same vector (seed_004 §8 item 7). :func:`craft_byzantine_updates` stacks it
+  every Byzantine client sends the same vector (fedro spec §8 item 7). :func:`craft_byzantine_updates` stacks it
   ``b`` times.
-* *Own-update* attacks (gradient scaling, back-gradient, model negation, ``−10 w`` model poisoning; seed_002 §3,
-  seed_003 §3.2) transform the attacker's own honestly trained update: pass that single update as a 1-row stack
+* *Own-update* attacks (gradient scaling, back-gradient, model negation, ``−10 w`` model poisoning; sself spec §3,
+  cmfl spec §3.2) transform the attacker's own honestly trained update: pass that single update as a 1-row stack
   (and an independent ``rng`` stream per attacker). With more rows they act on the honest mean ``ū``.
 * Model-space attacks (:class:`ModelScaling`) act on the sent *model* ``w = w̄ + u`` and need the current global
   model: ``attack(honest, rng=rng, global_model=w̄)``.
-* An attack never inspects which defence runs (STYLE: Blades BL2); line-search ("optimal") variants that
+* An attack never inspects which defence runs (an attack coupled to a defence tests the coupling, not the
+  defence); line-search ("optimal") variants that
   optimise against a given aggregator are deliberately not provided.
 
 """
@@ -114,7 +115,7 @@ class _UpdateRule:
 @register_update_attack("gradient_scaling")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GradientScaling(_UpdateRule):
-    """Gradient scaling attack (CMFL, seed_003 §3.2).
+    """Gradient scaling attack (CMFL, cmfl spec §3.2).
 
     .. math:: u_{\\mathrm{byz}} = \\lambda \\odot \\bar u, \\qquad \\lambda_j \\sim \\mathcal U[a, 1)
 
@@ -147,7 +148,7 @@ class GradientScaling(_UpdateRule):
 @register_update_attack("same_value")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SameValue(_UpdateRule):
-    """Same-value attack (Li et al. 2019; CMFL seed_003 §3.2): every coordinate set to one value.
+    """Same-value attack (Li et al. 2019; CMFL cmfl spec §3.2): every coordinate set to one value.
 
     .. math:: u_{\\mathrm{byz}} = c \\cdot \\mathbf 1_d
 
@@ -172,13 +173,13 @@ class SameValue(_UpdateRule):
 @register_update_attack("sign_flip")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SignFlip(_UpdateRule):
-    """Sign flipping / back-gradient attack (Allen-Zhu et al. 2020; CMFL "back-gradient", seed_003 §3.2).
+    """Sign flipping / back-gradient attack (Allen-Zhu et al. 2020; CMFL "back-gradient", cmfl spec §3.2).
 
     .. math:: u_{\\mathrm{byz}} = -s \\, \\bar u
 
     ``s = 1``: ByzFL's ``SignFlipping`` on the honest mean, or the paper's back-gradient on the attacker's own
-    update (1-row stack). ``s = 10`` is seed_003's scaled back-gradient "bg10" and the update-space reading of
-    seed_002's model poisoning (§3.3, alternative off by default).
+    update (1-row stack). ``s = 10`` is cmfl spec's scaled back-gradient "bg10" and the update-space reading of
+    sself spec's model poisoning (§3.3, alternative off by default).
 
     Parameters
     ----------
@@ -205,7 +206,7 @@ class ModelScaling(_UpdateRule):
               u_{\\mathrm{byz}} = w_{\\mathrm{sent}} - \\bar w = (\\gamma - 1)\\, \\bar w + \\gamma \\, \\bar u
 
     with ``w̄`` the current global model. ``γ = −1`` is CMFL's code-level back-gradient / model negation
-    (``w_k ← −w_k``, i.e. ``u = −2w̄ − u``; seed_003 §3.2 "mneg"); ``γ = −10`` is seed_002's model-update poisoning
+    (``w_k ← −w_k``, i.e. ``u = −2w̄ − u``; cmfl spec §3.2 "mneg"); ``γ = −10`` is sself spec's model-update poisoning
     ("opposite sign of all weights and scales up 10 times", §3.3); ``γ = 0`` is CMFL's model-level all-zero
     attack (``u = −w̄``).
 
@@ -236,7 +237,7 @@ class Gaussian(_UpdateRule):
     .. math:: u_{\\mathrm{byz}} \\sim \\mathcal N(\\mu \\mathbf 1_d, \\sigma^2 I_d)
               \\quad\\text{or, with } \\texttt{around\\_mean}, \\quad \\bar u + \\mathcal N(\\mu \\mathbf 1_d, \\sigma^2 I_d)
 
-    (the second form is CMFL's unused code variant ``param += N(0, σ)``, seed_003 §3.2).
+    (the second form is CMFL's unused code variant ``param += N(0, σ)``, cmfl spec §3.2).
 
     Parameters
     ----------
@@ -269,7 +270,7 @@ class ALIE(_UpdateRule):
     .. math:: u_{\\mathrm{byz}} = \\bar u + z \\, \\sigma_H
 
     with ``σ_H`` the coordinate-wise standard deviation of the honest updates (``ddof = 1``, as ByzFL; with a
-    single honest update σ is undefined and ``ū`` is sent, seed_004 §4). ByzFL's default ``z = 1.5``; Baruch's
+    single honest update σ is undefined and ``ū`` is sent, fedro spec §4). ByzFL's default ``z = 1.5``; Baruch's
     ``z_max`` from the counts is :meth:`from_counts`.
 
     Parameters
@@ -288,7 +289,7 @@ class ALIE(_UpdateRule):
     def from_counts(cls, n: int, n_byzantine: int) -> ALIE:
         """Baruch et al.'s ``z_max = Φ⁻¹((n − s)/n)`` with ``s = ⌊n/2 + 1⌋ − f`` (clamped to ``s >= 1``).
 
-        ``n`` is the number of inputs to the aggregator and ``f = n_byzantine`` (seed_004 §4: n = 26, f = 11 gives
+        ``n`` is the number of inputs to the aggregator and ``f = n_byzantine`` (fedro spec §4: n = 26, f = 11 gives
         z = 1.1984). Uses only the counts, not the defence.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
@@ -313,7 +314,7 @@ class InnerProductManipulation(_UpdateRule):
     .. math:: u_{\\mathrm{byz}} = -\\varepsilon \\, \\bar u
 
     ByzFL's IPM ``τ`` is ``ε`` (default 2, sending ``−2ū``, which is also FOE with ByzFL's ``τ = 3``:
-    ``(1 − τ)ū``; seed_004 §4). The original paper uses ε ∈ {0.1, 0.5, 1, 10, 100}.
+    ``(1 − τ)ū``; fedro spec §4). The original paper uses ε ∈ {0.1, 0.5, 1, 10, 100}.
 
     Parameters
     ----------
@@ -338,7 +339,7 @@ class Mimic(_UpdateRule):
 
     .. math:: u_{\\mathrm{byz}} = u_{i_0}
 
-    ``i_0 = index`` into the honest stack (the first honest client of the round by default; seed_004 §4). The
+    ``i_0 = index`` into the honest stack (the first honest client of the round by default; fedro spec §4). The
     original chooses the honest client along the top principal direction learned in warm-up rounds; that needs
     state across rounds and is not provided.
 
@@ -371,7 +372,7 @@ def craft_byzantine_updates(
 ) -> np.ndarray:
     """The ``(b, d)`` stack sent by ``b = n_byzantine`` colluding clients (all send the same crafted vector).
 
-    ``b = 0`` gives an empty ``(0, d)`` stack (seed_004 §4 edge case).
+    ``b = 0`` gives an empty ``(0, d)`` stack (fedro spec §4 edge case).
     """
     if isinstance(n_byzantine, bool) or not isinstance(n_byzantine, int) or n_byzantine < 0:
         raise ConfigError(f"n_byzantine must be an int >= 0, got {n_byzantine!r}")

@@ -1,9 +1,9 @@
 """Client availability models: who of a round's sampled clients responds, and how late.
 
 * ``_base``        the :class:`Availability` protocol, its registry and ``always`` (:func:`parse_availability`);
-* ``_eps``         seed_000: the ε-adversarial, budgeted omission of sampled clients;
-* ``_dropout``     seed_001: bounded, static, static heterogeneous, time-varying and class-correlated dropout;
-* ``_stragglers``  seed_002: stragglers late by ``d`` rounds, and the round-sampling rules of that paper.
+* ``_eps``         unavailability spec: the ε-adversarial, budgeted omission of sampled clients;
+* ``_dropout``     mimic spec: bounded, static, static heterogeneous, time-varying and class-correlated dropout;
+* ``_stragglers``  sself spec: stragglers late by ``d`` rounds, and the round-sampling rules of that paper.
 
 A new model: a class with ``from_params(params, ctx)`` and ``outcome(fl_round, sampled, rng=...)``, decorated with
 ``@register_availability("name")``; a scenario names it in ``[adversary] availability``.

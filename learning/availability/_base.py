@@ -1,12 +1,12 @@
 """Client availability models: who of the sampled clients responds in a round, and how late.
 
-DESIGN.md (Learning, attacks): availability is an attack surface like the updates themselves. The
+docs/design.md ("Learning", attacks): availability is an attack surface like the updates themselves. The
 simulator's adversary module asks an :class:`Availability` once per round, after the round's clients are
 sampled, and then suppresses or delays their training results; the algorithms never see the model, only
 its effect (fewer or late updates).
 
 An outcome maps each sampled member index to ``DROPPED`` (no result this round) or a delay ``d >= 0`` in
-rounds (0 = on time; ``d`` = the result arrives ``d`` rounds late, the straggler model of seed_002 §1.2).
+rounds (0 = on time; ``d`` = the result arrives ``d`` rounds late, the straggler model of sself spec §1.2).
 Models are seeded only through the ``rng`` the caller passes (derived from the scenario seed and the
 round), so a scenario replays exactly.
 

@@ -1,4 +1,4 @@
-"""Client-dropout schemes of seed_001 §3 (MimiC experiments), as :class:`learning.availability.Availability` models.
+"""Client-dropout schemes of mimic spec §3 (MimiC experiments), as :class:`learning.availability.Availability` models.
 
 Every scheme decides an active set ``𝒜_t`` over all N members, then answers for the sampled ones: active →
 ``0`` (on time), inactive → ``DROPPED``. Conventions shared by all of them:
@@ -122,7 +122,7 @@ _PERIOD_DISTS = {"uniform": _periods_uniform, "halfnormal3": _periods_halfnormal
 @register_availability("bounded")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BoundedDropout(_Scheme):
-    """Scheme 1, bounded consecutive dropouts (seed_001 §3, [22]): client i is active iff ``(t + φ_i) mod τ_i = 0``.
+    """Scheme 1, bounded consecutive dropouts (mimic spec §3, [22]): client i is active iff ``(t + φ_i) mod τ_i = 0``.
 
     Periods are drawn once per trial from ``seed``: ``τ_i ~ UniformInt{1..τ_max}`` (``period_dist="uniform"``,
     the spec's recommendation; expected active fraction ``H_{τmax}/τmax``) or the released code's
@@ -205,7 +205,7 @@ def _check_p(what: str, p: float) -> None:
 @register_availability("static")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StaticDropout(_Scheme):
-    """Scheme 2 as the paper states it (seed_001 §3, [23]): every client is active with the same ``p`` each round.
+    """Scheme 2 as the paper states it (mimic spec §3, [23]): every client is active with the same ``p`` each round.
 
     ``r_t^i ~ U[0, 1)`` for all N members (one ``rng.random(N)`` draw per round), active iff ``r_t^i < p``.
     Homogeneous ``p`` leaves FedAvg unbiased (Remark 3). §6.1 S3: ``p = 0.1``, floor 1.
@@ -235,7 +235,7 @@ class StaticDropout(_Scheme):
 @register_availability("static_het")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StaticHetDropout(StaticDropout):
-    """Scheme 2 as the released code runs it (seed_001 §3): ``p_i = p + (i mod L)·(1 − p)/(L − 1)``, ``L = 5``.
+    """Scheme 2 as the released code runs it (mimic spec §3): ``p_i = p + (i mod L)·(1 − p)/(L − 1)``, ``L = 5``.
 
     ``p`` is the *minimum* probability: ``p = 0.1`` gives {0.1, 0.325, 0.55, 0.775, 1.0}. Client-heterogeneous,
     so FedAvg is biased (§6.1 S2).
@@ -263,7 +263,7 @@ class StaticHetDropout(StaticDropout):
 @register_availability("timevar")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TimeVaryingDropout(_Scheme):
-    """Scheme 3, time-varying probabilities with ratio ``P`` (seed_001 §3, [2], [48]).
+    """Scheme 3, time-varying probabilities with ratio ``P`` (mimic spec §3, [2], [48]).
 
     Each round every member draws ``a_t^i ~ U[1, 10]`` (``rng.uniform``, member order); ``m = ⌊P·N⌋`` members are
     taken without replacement by sequential weighted sampling (pick ∝ ``a``, remove, renormalise — the
@@ -308,7 +308,7 @@ class TimeVaryingDropout(_Scheme):
 @register_availability("corr")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClassCorrelatedDropout(_Scheme):
-    """Class-correlated stress scheme (seed_001 §3 extra; §6.1 S5): rare-class holders are active every ``τ_rare``.
+    """Class-correlated stress scheme (mimic spec §3 extra; §6.1 S5): rare-class holders are active every ``τ_rare``.
 
     A member is *rare* iff its local labels (``AvailabilityContext.labels``) include one of ``rare_classes``;
     rare members are active iff ``(t + φ_i) mod τ_rare = 0`` with ``φ_i ~ UniformInt{0..τ_rare−1}`` drawn once

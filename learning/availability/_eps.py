@@ -1,13 +1,13 @@
-"""The ε-adversarial client unavailability of seed_000 (Su, Xu, Yang 2023): budgeted omission of sampled clients.
+"""The ε-adversarial client unavailability of unavailability spec (Su, Xu, Yang 2023): budgeted omission of sampled clients.
 
 Every round the server samples ``S̃_t`` (``K`` of the ``M`` members); the adversary then silences a subset of the
-sampled clients, never more data mass than Assumption 2 allows (seed_000 §1.3):
+sampled clients, never more data mass than Assumption 2 allows (unavailability spec §1.3):
 
 .. math::
 
     \\sum_{i \\in \\tilde S_t \\setminus S_t} n_i \\le \\varepsilon \\, \\frac{K N}{M}, \\qquad N = \\sum_{i=1}^M n_i .
 
-The experiments' adversary (seed_000 §3.3, paper §6.1) is a greedy heuristic over a static candidate set ``C̃``::
+The experiments' adversary (unavailability spec §3.3, paper §6.1) is a greedy heuristic over a static candidate set ``C̃``::
 
     thr ← ε K N / M
     (i_1, …, i_K) ← S̃_t in uniformly random order
@@ -24,7 +24,7 @@ selection as a pure function of the recorded norms, and ``candidates="largest:K'
 Numbers: ``ε`` is read as the decimal it prints as (``Fraction(repr(ε))``) and the budget test is exact rational
 arithmetic, so ``ε = 0.3`` with ``K = 10`` and balanced data allows exactly 3 drops (the float product
 ``0.3 · 10`` would make that depend on rounding). ``strict=True`` is the official code's test
-``dropped + n_i < int(ε K N / M)`` (seed_000 §7 item 5: paper-ε 0.8 ≡ code-ε 0.9 on balanced data).
+``dropped + n_i < int(ε K N / M)`` (unavailability spec §7 item 5: paper-ε 0.8 ≡ code-ε 0.9 on balanced data).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def eps_adversarial_drops(
     rng: np.random.Generator,
     strict: bool = False,
 ) -> tuple[int, ...]:
-    """The clients the seed_000 §3.3 adversary silences this round (sorted member indices).
+    """The clients the unavailability spec §3.3 adversary silences this round (sorted member indices).
 
     Parameters
     ----------
@@ -132,7 +132,7 @@ def eps_adversarial_drops(
 
 
 def dropout_fraction(sizes: Sequence[int], dropped: Sequence[int], *, clients: int) -> float:
-    """Realised dropout fraction ``ε_t = Σ_{i∈S̃_t∖S_t} n_i / (K N / M)`` (seed_000 §1.3 item 7, §7 item 4).
+    """Realised dropout fraction ``ε_t = Σ_{i∈S̃_t∖S_t} n_i / (K N / M)`` (unavailability spec §1.3 item 7, §7 item 4).
 
     The denominator is the *expected* sampled mass ``K N / M`` (``K = clients``), not the realised one.
     """
@@ -176,7 +176,7 @@ def resolve_candidates(spec: object, sizes: Sequence[int], *, seed: int = 0) -> 
 @register_availability("eps_adversarial")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EpsAdversarial:
-    """seed_000 §3.3: each round, silence sampled candidates greedily within the ε data-mass budget.
+    """unavailability spec §3.3: each round, silence sampled candidates greedily within the ε data-mass budget.
 
     Spec syntax: ``eps_adversarial(eps=0.8, candidates='largest:35', strict=False, seed=0)``; ``candidates`` may
     also be a list of member indices (``candidates=[3, 17, 42]``) — see :func:`resolve_candidates` — and defaults
@@ -241,11 +241,11 @@ class EpsAdversarial:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Candidate set from shadow runs (seed_000 §3.1–3.2)
+# Candidate set from shadow runs (unavailability spec §3.1–3.2)
 
 
 def cumulative_gradient_norm(delta: np.ndarray, lr: float) -> float:
-    """``a_i(T) = ‖Σ_τ ∇ℓ^τ_{i,T}(θ^τ_{i,T})‖ = ‖θ_T − θ_{i,T+1}‖ / η_T`` for plain local SGD (seed_000 §3.2).
+    """``a_i(T) = ‖Σ_τ ∇ℓ^τ_{i,T}(θ^τ_{i,T})‖ = ‖θ_T − θ_{i,T+1}‖ / η_T`` for plain local SGD (unavailability spec §3.2).
 
     ``delta`` is the client's upload ``θ_{i,T+1} − θ_T`` in the FedAvg shadow run at round ``T``; the norm is over
     the whole flattened vector (code ``grad_norm``), accumulated in float64.
@@ -271,7 +271,7 @@ def candidate_set_from_shadow(
     k2: int = 10,
     absolute: bool = False,
 ) -> tuple[int, ...]:
-    """``C̃ = C̃_1 ∪ C̃_2`` from the two shadow runs (seed_000 §3.2), as sorted member indices.
+    """``C̃ = C̃_1 ∪ C̃_2`` from the two shadow runs (unavailability spec §3.2), as sorted member indices.
 
     * ``C̃_1``: the ``k1`` members with the largest ``a_i(T_2) − a_i(T_1)``, where ``a_i(T)`` is member ``i``'s
       :func:`cumulative_gradient_norm` in the full-participation **FedAvg** shadow run at round ``T``.

@@ -1,7 +1,7 @@
-"""The straggler availability model and the round-sampling rules of seed_002 (§1.2, §3.1).
+"""The straggler availability model and the round-sampling rules of sself spec (§1.2, §3.1).
 
 * ``stragglers`` (registered in :data:`learning.availability.AVAILABILITY`): every sampled device delivers, late
-  by ``d`` rounds with ``d`` uniform on ``{0, …, max_delay}`` (seed_002 §1.2: ``{0, 1, 2}`` in the main experiments,
+  by ``d`` rounds with ``d`` uniform on ``{0, …, max_delay}`` (sself spec §1.2: ``{0, 1, 2}`` in the main experiments,
   ``{0, …, 4}`` for the severe stragglers of App. G). No device ever drops (``U_∞ = ∅``). ``delay_mode``:
   ``"per_round"`` ([DEFAULT]) draws a fresh delay every time a device is selected, from the round's ``rng``;
   ``"per_device"`` fixes one delay per device for the whole run, drawn once from ``default_rng(seed)``.
@@ -47,7 +47,7 @@ def _int_param(what: str, key: str, value: object, minimum: int) -> int:
 @register_availability("stragglers")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stragglers:
-    """Straggler delays, uniform on ``{0, …, max_delay}`` rounds; nobody drops (seed_002 §1.2).
+    """Straggler delays, uniform on ``{0, …, max_delay}`` rounds; nobody drops (sself spec §1.2).
 
     Spec syntax: ``stragglers``, ``stragglers(max_delay=4)``, ``stragglers(delay_mode='per_device', seed=3)``.
 
@@ -117,7 +117,7 @@ def _round_half_up(x: float) -> int:
 
 
 def adversaries_per_round(fraction: float, clients: int) -> int:
-    """``round(r·K)``, halves rounded up (seed_002 §3.1: r = 0.2, K = 20 ⇒ 4; r = 0.1, K = 10 ⇒ 1)."""
+    """``round(r·K)``, halves rounded up (sself spec §3.1: r = 0.2, K = 20 ⇒ 4; r = 0.1, K = 10 ⇒ 1)."""
     if not 0.0 <= fraction <= 1.0:
         raise ConfigError(f"adversary fraction must be in [0, 1], got {fraction}")
     return _round_half_up(fraction * clients)
@@ -139,7 +139,7 @@ def sample_round(
     adversaries: Collection[int] = (),
     adversaries_per_round: int | None = None,
 ) -> tuple[int, ...]:
-    """S_t: ``clients`` member indices from the idle members, sorted (seed_002 §1.2, §3.1).
+    """S_t: ``clients`` member indices from the idle members, sorted (sself spec §1.2, §3.1).
 
     Parameters
     ----------
@@ -173,7 +173,7 @@ def sample_round(
 
 
 def round_time_units(outcome: Mapping[int, int], *, wait: bool) -> int:
-    """Duration of a round in units of T_d (seed_002 §1.2): 1 for the deadline-based schemes (Sself, ignore,
+    """Duration of a round in units of T_d (sself spec §1.2): 1 for the deadline-based schemes (Sself, ignore,
     FedAsync); ``1 + max_k d_k`` for *wait for stragglers* ([DEFAULT]; 1 if nobody was sampled)."""
     if not wait:
         return 1

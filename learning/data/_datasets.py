@@ -8,10 +8,10 @@ Datasets are resolved by name at the config boundary (:func:`dataset_spec`) into
 ``load()`` returns :class:`DataSplits`. Registered here (no files needed):
 
 * ``digits`` — the UCI 8×8 digits (1,797 × 64) as scikit-learn ships them, copied beside this module with their
-  licence, scaled to [0, 1] (seed_001 §6.1, seed_002 §6.1, W1);
-* ``synthetic`` — Synthetic(α, β) of FedProx as specified in seed_000 §4.4 (one labelling function per client);
-* ``gmm`` — the label-skewed Gaussian-mixture clients of seed_003 §7.2;
-* ``mini_femnist`` — the synthetic "mini-FEMNIST" of seed_004 §6.
+  licence, scaled to [0, 1] (mimic spec §6.1, sself spec §6.1, W1);
+* ``synthetic`` — Synthetic(α, β) of FedProx as specified in unavailability spec §4.4 (one labelling function per client);
+* ``gmm`` — the label-skewed Gaussian-mixture clients of cmfl spec §7.2;
+* ``mini_femnist`` — the synthetic "mini-FEMNIST" of fedro spec §6.
 
 The file-based loaders (MNIST, Fashion-MNIST, EMNIST, CIFAR-10 binary, LEAF JSON) are in ``learning.data._files``.
 No loader ever uses the network.
@@ -137,7 +137,7 @@ class Dataset:
 class DataSplits:
     """The splits of one dataset.
 
-    ``public`` is the server-held, class-balanced set Sself needs (seed_002 §1.3); ``validation`` a held-out part
+    ``public`` is the server-held, class-balanced set Sself needs (sself spec §1.3); ``validation`` a held-out part
     of the training pool. Both are None unless asked for (:func:`with_public`, :func:`with_validation`).
     """
 
@@ -201,19 +201,19 @@ def split_public(
     class_balanced: bool = True,
     overlap: bool = False,
 ) -> tuple[Dataset, Dataset]:
-    """Take the server's public set out of a training pool (seed_002 §1.3): returns ``(public, pool)``.
+    """Take the server's public set out of a training pool (sself spec §1.3): returns ``(public, pool)``.
 
     Parameters
     ----------
     size:
-        n_pub. seed_002 main experiments: 2 % of the training set (1,200 for MNIST/FMNIST, 1,000 for CIFAR-10);
+        n_pub. sself spec main experiments: 2 % of the training set (1,200 for MNIST/FMNIST, 1,000 for CIFAR-10);
         reproduction: 50 digits (5 per class).
     class_balanced:
-        ``size // C`` per class, the remainder to ``size % C`` classes chosen by ``rng`` ([DEFAULT] of seed_002:
+        ``size // C`` per class, the remainder to ``size % C`` classes chosen by ``rng`` ([DEFAULT] of sself spec:
         "uniformly distributed over classes"); otherwise a uniform draw.
     overlap:
         False (default, main experiments): the public samples are *removed* from the pool the clients share.
-        True (seed_002 App. E): the pool keeps every sample and the public set is a copy of some of them.
+        True (sself spec App. E): the pool keeps every sample and the public set is a copy of some of them.
 
     Raises
     ------
@@ -258,7 +258,7 @@ def with_public(
 ) -> DataSplits:
     """Splits with a public set taken from ``splits.train`` (see :func:`split_public`).
 
-    Give ``fraction`` (of the training pool, rounded to the nearest int; seed_002: 0.02) or ``size``.
+    Give ``fraction`` (of the training pool, rounded to the nearest int; sself spec: 0.02) or ``size``.
     """
     if (fraction is None) == (size is None):
         raise ConfigError("give exactly one of fraction= or size= for the public split")
@@ -335,7 +335,7 @@ class DataConfig:
     source:
         The dataset spec (:func:`dataset_spec`).
     public_fraction, public_size:
-        Server public set taken from the training pool (seed_002 §1.3; at most one of the two; 0/None = none).
+        Server public set taken from the training pool (sself spec §1.3; at most one of the two; 0/None = none).
     public_class_balanced, public_overlap:
         See :func:`split_public`.
     validation_fraction:
@@ -406,7 +406,7 @@ class DigitsSpec:
     ``learning/data/digits.csv.gz``), features ``X/16`` ∈ [0, 1].
 
     Train/test: a permutation drawn from ``np.random.default_rng(seed)``, the first ``⌈test_fraction · N⌉``
-    samples (360 for 0.2) are the test set (seed_001 §6.1, seed_002 §6.1; W1: 80/20, seed 0).
+    samples (360 for 0.2) are the test set (mimic spec §6.1, sself spec §6.1; W1: 80/20, seed 0).
 
     Attributes
     ----------
@@ -450,7 +450,7 @@ def _digits_table() -> np.ndarray:
 @register_dataset("synthetic")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyntheticSpec:
-    """Synthetic(α, β) of [SSZ14, LSZ+20] as specified in seed_000 §4.4 (App. E.2): one labelling function per
+    """Synthetic(α, β) of [SSZ14, LSZ+20] as specified in unavailability spec §4.4 (App. E.2): one labelling function per
     client, ``num_classes`` = 10, ``dim`` = 60.
 
     With ``rng1 = default_rng(seed_model)`` and ``rng2 = default_rng(seed_data)``::
@@ -461,7 +461,7 @@ class SyntheticSpec:
               per client: shuffle, first ⌊train_fraction · n^raw⌋ → train, rest → test (pooled)
 
     so the same ``seed_model`` with another ``seed_data`` keeps every client's size and feature mean (the shadow
-    dataset of seed_000 §3). Both splits carry ``groups`` = client index (the natural partition). The RNG streams
+    dataset of unavailability spec §3). Both splits carry ``groups`` = client index (the natural partition). The RNG streams
     are numpy's PCG64, not the original code's, so the sizes differ from the paper's seed 777 in detail.
     """
 
@@ -538,7 +538,7 @@ class SyntheticSpec:
 @register_dataset("gmm")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GMMSpec:
-    """Label-skewed Gaussian-mixture clients of seed_003 §7.2 (the CMFL reproduction data).
+    """Label-skewed Gaussian-mixture clients of cmfl spec §7.2 (the CMFL reproduction data).
 
     With ``rng = default_rng(seed)``::
 
@@ -600,7 +600,7 @@ class GMMSpec:
 @register_dataset("mini_femnist")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MiniFEMNISTSpec:
-    """Synthetic "mini-FEMNIST" of seed_004 §6 (the FedRo reproduction data).
+    """Synthetic "mini-FEMNIST" of fedro spec §6 (the FedRo reproduction data).
 
     ``C`` classes in ``ℝ^d`` with class means ``~ N(0, mean_std² I)``; a sample is its class mean ``+ N(0, I)``.
     Each of ``num_clients`` clients holds ``samples_per_client`` samples; client k has 2 distinct dominant classes

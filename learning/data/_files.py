@@ -10,11 +10,11 @@ Registered datasets:
 =================== ============================================================================================
 ``mnist``           ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
                     ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``) → ``(N, 1, 28, 28)`` in [0, 1]
-``fashion_mnist``   the same file names (Fashion-MNIST ships them so), 10 classes (seed_001 §4, seed_002 §4)
+``fashion_mnist``   the same file names (Fashion-MNIST ships them so), 10 classes (mimic spec §4, sself spec §4)
 ``emnist``          ``emnist-<split>-{train,test}-{images-idx3,labels-idx1}-ubyte[.gz]``; images transposed to
                     the MNIST orientation; ``letters`` labels 1..26 shifted to 0..25
 ``cifar10``         ``cifar-10-batches-bin/{data_batch_1..5,test_batch}.bin`` → ``(N, 3, 32, 32)`` in [0, 1],
-                    optionally normalised per channel (seed_000 §4.3, seed_001 §4)
+                    optionally normalised per channel (unavailability spec §4.3, mimic spec §4)
 ``femnist``         LEAF ``train/*.json`` + ``test/*.json``; x = 784 floats → ``(N, 1, 28, 28)``, 62 classes
 ``shakespeare``     LEAF; x = 80-character strings → int64 ids over LEAF's 80 letters, y = next character
 ``sent140``         LEAF; x = tweet (text is the last field), y ∈ {0, 1} (raw 4 → 1); word ids, padded
@@ -193,7 +193,7 @@ class MNISTSpec:
 @register_dataset("fashion_mnist")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FashionMNISTSpec:
-    """Fashion-MNIST from the four IDX files in ``root`` (same file names as MNIST; seed_001, seed_002)."""
+    """Fashion-MNIST from the four IDX files in ``root`` (same file names as MNIST; mimic spec, sself spec)."""
 
     name: ClassVar[str]
     root: str
@@ -274,7 +274,7 @@ class CIFAR10Spec:
     """CIFAR-10, binary version: ``data_batch_1.bin`` … ``data_batch_5.bin`` and ``test_batch.bin`` in ``root`` or
     in ``root/cifar-10-batches-bin``. Pixels scaled to [0, 1], then ``(x − mean) / std`` per channel if given.
 
-    seed_000 §4.3 normalises with ``mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)``; seed_001 §4 with
+    unavailability spec §4.3 normalises with ``mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)``; mimic spec §4 with
     ``mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)``. The Python (pickled) version is refused.
     """
 
@@ -513,7 +513,7 @@ class _Sent140Encoder(_Encoder):
 @register_dataset("femnist")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FEMNISTSpec:
-    """LEAF FEMNIST (62 classes, one client per writer; seed_003 §4.1, seed_004 §5) from ``root``'s
+    """LEAF FEMNIST (62 classes, one client per writer; cmfl spec §4.1, fedro spec §5) from ``root``'s
     ``train/*.json`` and ``test/*.json`` (or ``root/data/...``)."""
 
     name: ClassVar[str]
@@ -529,7 +529,7 @@ class FEMNISTSpec:
 @register_dataset("shakespeare")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShakespeareSpec:
-    """LEAF Shakespeare (80 classes, one client per speaking role; seed_003 §4.1): x = character ids of the input
+    """LEAF Shakespeare (80 classes, one client per speaking role; cmfl spec §4.1): x = character ids of the input
     string, y = id of the next character, both over :data:`LEAF_LETTERS`."""
 
     name: ClassVar[str]
@@ -545,7 +545,7 @@ class ShakespeareSpec:
 @register_dataset("sent140")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sent140Spec:
-    """LEAF Sentiment140 (binary, one client per account; seed_003 §4.1): tweets tokenised into lower-case words
+    """LEAF Sentiment140 (binary, one client per account; cmfl spec §4.1): tweets tokenised into lower-case words
     and punctuation, the first ``seq_len`` (25, as [C]) mapped to ids of a vocabulary built from the training
     split (``vocab_size`` ids including padding 0 and unknown 1), zero-padded. Labels: positive (1, or raw 4) → 1."""
 

@@ -165,7 +165,7 @@ class Preprocessing:
                                                     or with one value for every element
 
     in float32 throughout (the scale, means and deviations as float32 too), so two members with the same raw
-    values get the same bits. MNIST-style pixels: ``scale=1/255``; seed_001 §4's CIFAR-10: ``scale=1/255,
+    values get the same bits. MNIST-style pixels: ``scale=1/255``; mimic spec §4's CIFAR-10: ``scale=1/255,
     mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)``.
     """
 

@@ -4,7 +4,7 @@ natural, log-normal.
 A partitioner is a frozen spec, registered by name, called as ``spec(dataset, rng=np.random.Generator)``; it
 returns a :class:`Partition` (one sorted index array per client). The same seed gives the same partition on
 every machine (numpy's PCG64 and only integer/ordering logic). :meth:`Partition.stats` reports what Table 2 of
-seed_003 reports (clients, total samples, mean and standard deviation of samples per client) plus the number of
+cmfl spec reports (clients, total samples, mean and standard deviation of samples per client) plus the number of
 classes per client.
 
 ============== ===================================================================== ===========================
@@ -12,20 +12,20 @@ name           rule                                                             
 ============== ===================================================================== ===========================
 ``iid``        uniform shuffle, near-equal sizes (W1: 20 clients)                    yes (or a fixed size each)
 ``dirichlet``  ``per_class``: each class split over clients by ``p ~ Dir(α·1_M)``    yes
-               (Hsu et al.; seed_002 §3 backdoor runs, α = 0.5);
+               (Hsu et al.; sself spec §3 backdoor runs, α = 0.5);
                ``per_client``: client i draws ``q_i ~ Dir(α·1_C)`` and fills a fixed  no: fixed size, disjoint
                number of slots label by label, exhausted classes removed
-               (seed_000 §4.3, α = 0.1, 500 per client)
+               (unavailability spec §4.3, α = 0.1, 500 per client)
 ``k_classes``  exactly k distinct classes and a fixed number of samples per client    no: fixed size, disjoint
-               (seed_001 §4: 2 classes, 2,000 / 1,666 per client)
+               (mimic spec §4: 2 classes, 2,000 / 1,666 per client)
 ``pairs``      deterministic: client i holds classes ``2(i mod P)``, ``2(i mod P)+1``     yes
                (P = C/2 pairs), each class split evenly among its holders
-               (seed_001 §6.1 S5)
+               (mimic spec §6.1 S5)
 ``shards``     McMahan: sort by label, cut into M·k equal shards, k random shards    no: remainder unused
-               per client (seed_002 §4, 2 shards per device)
+               per client (sself spec §4, 2 shards per device)
 ``natural``    one client per writer / speaker / generated client (``groups``)      yes (of kept clients)
 ``lognormal``  IID content, client sizes ∝ ⌊LogNormal(μ, σ)⌋ + offset               yes
-               (seed_000 §4.4 "power law": μ = 4, σ = 2, offset 50)
+               (unavailability spec §4.4 "power law": μ = 4, σ = 2, offset 50)
 ============== ===================================================================== ===========================
 """
 
@@ -65,7 +65,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionStats:
-    """Per-client statistics of a partition (seed_003 Table 2 columns, plus classes per client).
+    """Per-client statistics of a partition (cmfl spec Table 2 columns, plus classes per client).
 
     Attributes
     ----------
@@ -102,7 +102,7 @@ class PartitionStats:
         return float(self.samples_per_client.std()) if self.num_clients else 0.0
 
     def table_row(self) -> str:
-        """One line in the format of seed_003 Table 2, with a classes-per-client column."""
+        """One line in the format of cmfl spec Table 2, with a classes-per-client column."""
         cpc = self.classes_per_client
         classes = f"{cpc.mean():.2f} [{cpc.min()}–{cpc.max()}]" if self.num_clients else "-"
         return (
@@ -287,12 +287,12 @@ class IIDPartition:
 class DirichletPartition:
     """Label skew drawn from a Dirichlet distribution; large α approaches IID, α = 0.1 is highly non-IID.
 
-    ``scheme="per_class"`` (Hsu et al.; seed_002 §3): for each class c, ``p ~ Dir(α·1_M)`` and class c's
+    ``scheme="per_class"`` (Hsu et al.; sself spec §3): for each class c, ``p ~ Dir(α·1_M)`` and class c's
     shuffled samples are cut among the clients in proportions p. Every sample is used once; sizes are unequal.
-    The draw is repeated (at most 1,000 times) until every client has ``min_samples`` (seed_002 §7 item 4: no
+    The draw is repeated (at most 1,000 times) until every client has ``min_samples`` (sself spec §7 item 4: no
     empty device).
 
-    ``scheme="per_client"`` (seed_000 §4.3, ``gen_data.py``): client i draws ``q_i ~ Dir(α·1_C)`` and fills
+    ``scheme="per_client"`` (unavailability spec §4.3, ``gen_data.py``): client i draws ``q_i ~ Dir(α·1_C)`` and fills
     ``samples_per_client`` slots (default ``⌊N/M⌋``) with labels drawn from ``q_i``, each slot taking the next
     unused sample of its class; when a class runs out its column of every q is zeroed and the rows renormalised
     (a row left with no mass falls back to the classes that remain). Disjoint, every client the same size.
@@ -411,15 +411,15 @@ def _distinct_rows(labels: np.ndarray, m: int, k: int, rng: np.random.Generator)
 @register_partition("k_classes")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KClassesPartition:
-    """Exactly ``classes_per_client`` distinct classes and a fixed number of samples per client (seed_001 §4).
+    """Exactly ``classes_per_client`` distinct classes and a fixed number of samples per client (mimic spec §4).
 
-    ``scheme="shards"`` (seed_001's recommended reading of "60 shards, two per client"): M·k shards, spread over
+    ``scheme="shards"`` (mimic spec's recommended reading of "60 shards, two per client"): M·k shards, spread over
     the C classes as evenly as possible (each class ⌊Mk/C⌋ or ⌈Mk/C⌉ shards), dealt so that no client holds two
     shards of one class. All shards have the same size: ``samples_per_client / k`` if given (must divide),
     otherwise the largest size every class can fill, so every client holds the same number of samples (FMNIST:
     30 clients × 2 shards of 1,000; CIFAR-10: 1,666 per client). Leftover samples are unused.
 
-    ``scheme="label_holders"`` (seed_001 code ``noniid-#label<k>``): client i holds class ``i mod C`` plus
+    ``scheme="label_holders"`` (mimic spec code ``noniid-#label<k>``): client i holds class ``i mod C`` plus
     ``k − 1`` further distinct random classes; each class is split evenly among its holders, each holder keeping
     at most ``samples_per_client // k`` (all it gets if None), so sizes may differ when classes are short.
     """
@@ -510,7 +510,7 @@ class KClassesPartition:
 @register_partition("pairs")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PairsPartition:
-    """A fixed pair of classes per client (seed_001 §6.1, stress scenario S5).
+    """A fixed pair of classes per client (mimic spec §6.1, stress scenario S5).
 
     With C classes there are ``P = C / 2`` pairs; pair ``j`` is classes ``(2j, 2j + 1)`` and client ``i`` holds
     pair ``i mod P``, i.e. classes ``2(i mod P)`` and ``2(i mod P) + 1``. Each class's samples are shuffled and
@@ -573,7 +573,7 @@ class PairsPartition:
 @register_partition("shards")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardsPartition:
-    """McMahan et al.'s pathological non-IID split (seed_002 §4 [DEFAULT]): sort the pool by label (ties in a
+    """McMahan et al.'s pathological non-IID split (sself spec §4 [DEFAULT]): sort the pool by label (ties in a
     seeded random order), cut it into ``M · shards_per_client`` equal shards, give each client
     ``shards_per_client`` random shards. A client may draw two shards of one class; the remainder
     ``N mod (M·k)`` is unused (MNIST after 2 % public: 58,800 / 100 = 588 each)."""
@@ -607,7 +607,7 @@ class ShardsPartition:
 class NaturalPartition:
     """One client per natural group of the dataset (LEAF writer / speaking role / account; the generated
     datasets' clients), in group order, dropping groups with fewer than ``min_samples`` and keeping the first
-    ``max_clients`` (seed_004 §5: "the first 150 clients"). Deterministic; ``rng`` is not used."""
+    ``max_clients`` (fedro spec §5: "the first 150 clients"). Deterministic; ``rng`` is not used."""
 
     name: ClassVar[str]
     max_clients: int | None = None
@@ -643,7 +643,7 @@ class NaturalPartition:
 @register_partition("lognormal")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogNormalPartition:
-    """IID content with "power law" client sizes (seed_000 §4.4, Fig. 8): raw sizes
+    """IID content with "power law" client sizes (unavailability spec §4.4, Fig. 8): raw sizes
     ``⌊LogNormal(mu, sigma)⌋ + offset`` are scaled to the pool (largest remainders) with at least
     ``min_samples`` per client; every sample is used once."""
 

@@ -3,8 +3,8 @@
 Every learning algorithm in concilium (aggregators, attacks, CMFL scoring, FedAvg/FedProx/MIFA/MimiC/SCAFFOLD
 state) works on *flat* update vectors ``θ ∈ ℝ^d``. The layout is fixed: the model's parameters in
 ``module.named_parameters()`` order, each flattened row-major (C order). Buffers (BatchNorm running statistics) are
-not part of the vector; none of the registered models has one (VGG-11 is used without BatchNorm, seed_001 §4,
-seed_002 §7 item 13).
+not part of the vector; none of the registered models has one (VGG-11 is used without BatchNorm, mimic spec §4,
+sself spec §7 item 13).
 
 Two ways to move between a module and its vector:
 

@@ -5,18 +5,18 @@ Registered names (spec section that defines each):
 ============== ========================================================================= ==============
 name           architecture                                                              parameters
 ============== ========================================================================= ==============
-``logreg``     ``Linear(in, C)``, zero init (seed_000 §4.4, seed_003 §7.3)               (in+1)·C
-``mlp``        ``Linear → ReLU → … → Linear`` (W1; seed_001 §6.1; seed_002 §6.1)          e.g. 4,810 (W1)
-``lenet5``     LeNet-5 on 3×32×32, Xavier-uniform linears, zero biases (seed_000 §4.3)   62,006
-``fmnist_cnn`` LeNet-5 style on 1×28×28, FC 256→120→84→10 (seed_001 §4, SimpleCNNMNIST)  44,426
+``logreg``     ``Linear(in, C)``, zero init (unavailability spec §4.4, cmfl spec §7.3)               (in+1)·C
+``mlp``        ``Linear → ReLU → … → Linear`` (W1; mimic spec §6.1; sself spec §6.1)          e.g. 4,810 (W1)
+``lenet5``     LeNet-5 on 3×32×32, Xavier-uniform linears, zero biases (unavailability spec §4.3)   62,006
+``fmnist_cnn`` LeNet-5 style on 1×28×28, FC 256→120→84→10 (mimic spec §4, SimpleCNNMNIST)  44,426
 ``small_cnn``  Conv 3×3 (16) → pool → Conv 3×3 (32) → pool → Linear: fits the bundled 8×8 digits  6,090 (8×8)
-``femnist_cnn`` seed_004 §5 Table 2: conv 64, conv 128, FC 2048→1024→62                  2,368,318
-``vgg11``      VGG-11 config A without BatchNorm (seed_001 §4, seed_002 §4)              9,750,922
-``char_lstm``  Shakespeare: Embedding(80, 8) → 2×LSTM(100) → Linear(100, 80) (seed_003)  133,520
+``femnist_cnn`` fedro spec §5 Table 2: conv 64, conv 128, FC 2048→1024→62                  2,368,318
+``vgg11``      VGG-11 config A without BatchNorm (mimic spec §4, sself spec §4)              9,750,922
+``char_lstm``  Shakespeare: Embedding(80, 8) → 2×LSTM(100) → Linear(100, 80) (cmfl spec)  133,520
 ``word_lstm``  Sent140: Embedding(V, E) → 2×LSTM(H) → Linear(H, 30) → ReLU → Linear(30, 2)  depends on V
 ============== ========================================================================= ==============
 
-Every model returns *logits* (``(N, C)``). seed_004's ``LogSoftmax`` + NLL is the same loss as cross-entropy on
+Every model returns *logits* (``(N, C)``). fedro spec's ``LogSoftmax`` + NLL is the same loss as cross-entropy on
 logits, so the trainer always uses :func:`torch.nn.functional.cross_entropy`.
 
 Initialisation never touches the global torch RNG: a model is built on the ``meta`` device, materialised with
@@ -264,7 +264,7 @@ class _Flatten(nn.Module):
 class LogisticRegressionSpec:
     """Multinomial logistic regression ``Linear(in_features, num_classes)`` on flattened inputs.
 
-    seed_000 §4.4 (Synthetic(1,1): 60 → 10, zero-initialised weight and bias); seed_003 §7.3 (20 → 10, zero init).
+    unavailability spec §4.4 (Synthetic(1,1): 60 → 10, zero-initialised weight and bias); cmfl spec §7.3 (20 → 10, zero init).
     ``init="torch"`` uses PyTorch's default instead.
     """
 
@@ -296,9 +296,9 @@ class LogisticRegressionSpec:
 class MLPSpec:
     """Fully connected ReLU network ``in → hidden[0] → … → num_classes`` on flattened inputs.
 
-    * W1 (notes/benchmarks.md): ``in_features=64, hidden=(64,), num_classes=10`` ⇒ 4,810 parameters.
-    * seed_001 §6.1: 64 → 32 → 10 (2,410 parameters), ``init="he"``: He-normal hidden layers, ``N(0, 1/H)``
-      output layer, zero biases. seed_002 §6.1: 64-64-32-10, He init. seed_004 §6: 20 → 32 → 10 (1,002).
+    * W1 (``benchmarks/README.md``): ``in_features=64, hidden=(64,), num_classes=10`` ⇒ 4,810 parameters.
+    * mimic spec §6.1: 64 → 32 → 10 (2,410 parameters), ``init="he"``: He-normal hidden layers, ``N(0, 1/H)``
+      output layer, zero biases. sself spec §6.1: 64-64-32-10, He init. fedro spec §6: 20 → 32 → 10 (1,002).
     * ``init="torch"``: PyTorch's default Linear initialisation.
     """
 
@@ -369,7 +369,7 @@ def _check_lenet_input(what: str, in_channels: int, image_size: int, num_classes
 @register_model("lenet5")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeNet5Spec:
-    """LeNet-5 of seed_000 §4.3 (CIFAR-10): 62,006 parameters for 3×32×32 inputs and 10 classes.
+    """LeNet-5 of unavailability spec §4.3 (CIFAR-10): 62,006 parameters for 3×32×32 inputs and 10 classes.
 
     ``Conv2d(3,6,5) → ReLU → MaxPool2d(2) → Conv2d(6,16,5) → ReLU → MaxPool2d(2) → flatten(400) → Linear(400,120)
     → ReLU → Linear(120,84) → ReLU → Linear(84,10)``; Linear weights Xavier-uniform, Linear biases 0, conv layers
@@ -398,7 +398,7 @@ class LeNet5Spec:
 @register_model("fmnist_cnn")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FMNISTCNNSpec:
-    """The FMNIST CNN of seed_001 §4 (code ``SimpleCNNMNIST``): 44,426 parameters.
+    """The FMNIST CNN of mimic spec §4 (code ``SimpleCNNMNIST``): 44,426 parameters.
 
     ``Conv(1→6,5×5) → ReLU → MaxPool2 → Conv(6→16,5×5) → ReLU → MaxPool2 → flatten 256 → FC 256→120 → ReLU →
     FC 120→84 → ReLU → FC 84→10`` (three FC layers although the paper says two); PyTorch default init.
@@ -493,7 +493,7 @@ class _FEMNISTCNN(nn.Module):
 @register_model("femnist_cnn")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FEMNISTCNNSpec:
-    """The FEMNIST CNN of seed_004 §5 (paper Table 2): exactly 2,368,318 parameters for 62 classes.
+    """The FEMNIST CNN of fedro spec §5 (paper Table 2): exactly 2,368,318 parameters for 62 classes.
 
     ``Conv(1→64, k=5) → ReLU → MaxPool(2,2) → Conv(64→128, k=5) → ReLU → MaxPool(2,2) → Linear(128·4·4 → 1024) →
     ReLU → Linear(1024 → 62)``; no padding (28 → 24 → 12 → 8 → 4). The paper's final ``LogSoftmax`` is folded into
@@ -550,7 +550,7 @@ class _VGG11(nn.Module):
 @register_model("vgg11")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VGG11Spec:
-    """VGG-11 (config A) without BatchNorm for 32×32 inputs (seed_001 §4; seed_002 §4): 9,750,922 parameters.
+    """VGG-11 (config A) without BatchNorm for 32×32 inputs (mimic spec §4; sself spec §4): 9,750,922 parameters.
 
     Convs 3×3, padding 1, ReLU: ``64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M``; classifier ``Dropout →
     FC 512→512 → ReLU → Dropout → FC 512→512 → ReLU → FC 512→10``. Conv weights ``N(0, √(2/(k·k·out)))``, conv
@@ -600,7 +600,7 @@ class _CharLSTM(nn.Module):
 @register_model("char_lstm")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CharLSTMSpec:
-    """Shakespeare next-character LSTM of seed_003 §4.1: 80-char input, 8-D embedding, 2 LSTM layers of 100 units,
+    """Shakespeare next-character LSTM of cmfl spec §4.1: 80-char input, 8-D embedding, 2 LSTM layers of 100 units,
     dense layer to 80 classes, predicting from the last position (133,520 parameters).
 
     The authors' code uses ``embed_dim=80, hidden=256`` instead; both are reachable by configuration. PyTorch
@@ -648,7 +648,7 @@ class _WordLSTM(nn.Module):
 @register_model("word_lstm")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WordLSTMSpec:
-    """Sent140 binary classifier after seed_003 §4.1 [C] ``stacked_lstm``: embedding → 2 LSTM layers → dense(30) →
+    """Sent140 binary classifier after cmfl spec §4.1 [C] ``stacked_lstm``: embedding → 2 LSTM layers → dense(30) →
     dense to 2 logits (cross-entropy on 2 classes ≡ the code's sigmoid loss).
 
     The pretrained, frozen 300-D GloVe embedding cannot be shipped offline, so the embedding here is learned over

@@ -5,7 +5,7 @@
                        Krum, Multi-Krum, MDA: ByzFL-shaped callables ``rule(updates, rng=rng)``;
 * ``_preaggregators``  NNM, bucketing, static clipping, ARC, and chains ``"nnm(f=2) > trimmed_mean(f=2)"``
                        (:func:`parse_aggregator` is the config boundary);
-* ``_cmfl``            CMFL committee scoring (seed_003 eq. 7/8 and the median-of-distances variant).
+* ``_cmfl``            CMFL committee scoring (cmfl spec eq. 7/8 and the median-of-distances variant).
 
 A new aggregator: a frozen dataclass with the :class:`Aggregator` attributes and ``__call__``, decorated with
 ``@register_aggregator("name")`` (README, "Add your own strategy, aggregator or attack").

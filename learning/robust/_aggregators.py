@@ -34,9 +34,9 @@ Conventions shared by every rule
   under a permutation; feed updates in a canonical order (sorted client ids) when digests are compared.
   Selection-based rules sum in a value-determined order and are bit-exact under permutations except on exact ties.
 
-Pairwise distances come from one Gram matrix, ``‖x_i − x_j‖² = ‖x_i‖² + ‖x_j‖² − 2⟨x_i, x_j⟩`` (benchmarks.md A1),
-so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost one matrix product plus ``O(n²)``
-(or ``O(n²)`` per iteration) work, and a single final pass over the data.
+Pairwise distances come from one Gram matrix, ``‖x_i − x_j‖² = ‖x_i‖² + ‖x_j‖² − 2⟨x_i, x_j⟩``
+(``benchmarks/README.md``, workload A1), so Krum, Multi-Krum, MDA, NNM, the geometric median and centered clipping cost
+one matrix product plus ``O(n²)`` (or ``O(n²)`` per iteration) work, and a single final pass over the data.
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def pairwise_sq_distances(updates: np.ndarray, /) -> np.ndarray:
 
     .. math:: D_{ij} = \\|x_i\\|^2 + \\|x_j\\|^2 - 2 \\langle x_i, x_j \\rangle
 
-    computed in float64 (benchmarks.md A1), clamped at 0, with an exact zero diagonal.
+    computed in float64 (``benchmarks/README.md``, workload A1), clamped at 0, with an exact zero diagonal.
 
     Parameters
     ----------
@@ -493,8 +493,8 @@ class Mean(_Rule):
         \\mathrm{Mean}(x_1, \\dots, x_n) = \\frac{1}{n} \\sum_{i=1}^n x_i, \\qquad
         \\mathrm{Mean}_w(x_1, \\dots, x_n) = \\sum_{i=1}^n \\frac{w_i}{\\sum_j w_j} x_i
 
-    The weighted form is FedAvg's ``p_k = n_k / Σ_j n_j`` (McMahan et al. 2017; seed_003 eq. 5). Not robust:
-    one input moves the output arbitrarily (κ = ∞, seed_004 §2.3). Accumulated in float64 in input order.
+    The weighted form is FedAvg's ``p_k = n_k / Σ_j n_j`` (McMahan et al. 2017; cmfl spec eq. 5). Not robust:
+    one input moves the output arbitrarily (κ = ∞, fedro spec §2.3). Accumulated in float64 in input order.
 
     Examples
     --------
@@ -540,8 +540,8 @@ class CoordinateWiseMedian(_Rule):
     .. math:: [\\mathrm{CWMed}(x_1, \\dots, x_n)]_k = \\mathrm{median}([x_1]_k, \\dots, [x_n]_k)
 
     With an even ``n`` the median is the mean of the two middle values (computed in float64, so it never
-    overflows). κ = 4(1 + f/(n−2f))² for any f < n/2 (Allouah et al. 2023; seed_004 §2.3). Unweighted
-    (seed_003 §3.3). Implemented by sorting blocks of coordinates, hence bit-exact under permutations.
+    overflows). κ = 4(1 + f/(n−2f))² for any f < n/2 (Allouah et al. 2023; fedro spec §2.3). Unweighted
+    (cmfl spec §3.3). Implemented by sorting blocks of coordinates, hence bit-exact under permutations.
 
     Examples
     --------
@@ -571,7 +571,7 @@ class TrimmedMean(_Rule):
 
     where ``π_k`` sorts the k-th coordinates in non-decreasing order: drop the ``f`` smallest and ``f`` largest
     values of every coordinate and average the ``n − 2f`` others. ``f = 0`` is the mean. κ = (6f/(n−2f))·(1 +
-    f/(n−2f)) (seed_004 §2.3). The paper's "β %" (seed_003 §3.3) is ``f = ⌊β·n⌋``.
+    f/(n−2f)) (fedro spec §2.3). The paper's "β %" (cmfl spec §3.3) is ``f = ⌊β·n⌋``.
 
     Parameters
     ----------
@@ -618,7 +618,7 @@ class MeaMed(_Rule):
         [\\mathrm{MeaMed}_f(x_1, \\dots, x_n)]_k = \\frac{1}{n - f} \\sum_{j \\in M_k} [x_j]_k
 
     where ``M_k`` holds the ``n − f`` inputs whose k-th coordinate is closest to the coordinate's median ``m``
-    (seed_004 §3 table, Xie et al. 2018; ByzFL ``Meamed``). In sorted order ``v_0 ≤ … ≤ v_{n−1}`` those values
+    (fedro spec §3 table, Xie et al. 2018; ByzFL ``Meamed``). In sorted order ``v_0 ≤ … ≤ v_{n−1}`` those values
     form a window ``[s, s + n − f)`` with ``0 ≤ s ≤ f``: starting from ``s = 0`` the window slides right while the
     value it would take in is *strictly* closer to the median than the one it would drop, ``v_{s+n−f} − m <
     m − v_s`` (in float64: the median and the distances of float32 inputs are not rounded to float32, unlike
@@ -695,10 +695,10 @@ class GeometricMedian(_Rule):
         z_{t+1} = \\frac{\\sum_i \\beta_i x_i}{\\sum_i \\beta_i}, \\quad
         \\beta_i = \\frac{a_i}{\\max(\\nu, \\|z_t - x_i\\|_2)}
 
-    with ``a_i = 1/n`` or the normalised weights. ``init="zero"`` starts from ``z_0 = 0`` (ByzFL, seed_000 §2.6);
-    ``init="mean"`` from the (weighted) mean (RFA's official code, seed_002 §2.3). With ``ftol > 0`` the loop stops
+    with ``a_i = 1/n`` or the normalised weights. ``init="zero"`` starts from ``z_0 = 0`` (ByzFL, unavailability spec §2.6);
+    ``init="mean"`` from the (weighted) mean (RFA's official code, sself spec §2.3). With ``ftol > 0`` the loop stops
     early once ``|obj_t − obj_{t+1}| < ftol · obj_{t+1}``, ``obj = Σ a_i ‖z − x_i‖`` (RFA, ftol = 1e-6).
-    Defaults are ByzFL's (ν = 0.1, 3 iterations); seed_000 uses ν = 0.1, 8 iterations; RFA (seed_002) ν = 1e-5,
+    Defaults are ByzFL's (ν = 0.1, 3 iterations); unavailability spec uses ν = 0.1, 8 iterations; RFA (sself spec) ν = 1e-5,
     10 iterations, ``init="mean"``, ``ftol=1e-6``. κ = 4(1 + f/(n−2f))² for the exact geometric median.
 
     Every iterate is a combination ``z = Σ_j c_j x_j``, so the iteration runs on the coefficients ``c`` with
@@ -763,15 +763,15 @@ class GeometricMedian(_Rule):
 @register_aggregator("centered_clipping")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CenteredClipping(_Rule):
-    """Centered clipping (Karimireddy et al. 2021), iterative, with the weights of seed_000 eq. (43).
+    """Centered clipping (Karimireddy et al. 2021), iterative, with the weights of unavailability spec eq. (43).
 
     .. math::
 
         v_{l+1} = v_l + \\sum_{i=1}^n a_i \\, (x_i - v_l) \\min\\left(1, \\frac{\\tau}{\\|x_i - v_l\\|_2}\\right),
         \\qquad v_0 = 0, \\; l = 0, \\dots, L-1
 
-    with ``a_i = 1/n`` (ByzFL) or the normalised weights (seed_000 eq. 43). Jacobi iteration (every client uses
-    ``v_l``), whole-vector norms. Defaults are ByzFL's (τ = 100, L = 1); seed_000 uses τ = 10/(1−β₀) = 100, L = 3.
+    with ``a_i = 1/n`` (ByzFL) or the normalised weights (unavailability spec eq. 43). Jacobi iteration (every client uses
+    ``v_l``), whole-vector norms. Defaults are ByzFL's (τ = 100, L = 1); unavailability spec uses τ = 10/(1−β₀) = 100, L = 3.
 
     To start from a previous aggregate ``m`` (Karimireddy's momentum centre) aggregate the shifted updates:
     ``CC(x − m) + m`` equals the iteration started at ``v_0 = m``.
@@ -848,8 +848,8 @@ class Krum(_Rule):
         i^* = \\arg\\min_i \\sum_{j \\in N_i} \\|x_i - x_j\\|_2^2
 
     where ``N_i`` holds the nearest *other* inputs: ``n − f − 1`` of them for ``variant="byzfl"`` (ByzFL, Allouah
-    et al. 2023; needs ``2f < n``) or ``n − f − 2`` for ``variant="blanchard"`` (the original paper, seed_002
-    §2.3, seed_003 §3.3; needs ``n > 2f + 2``). κ = 6(1 + f/(n−2f)) (seed_004). Returns a copy of the chosen input.
+    et al. 2023; needs ``2f < n``) or ``n − f − 2`` for ``variant="blanchard"`` (the original paper, sself spec
+    §2.3, cmfl spec §3.3; needs ``n > 2f + 2``). κ = 6(1 + f/(n−2f)) (fedro spec). Returns a copy of the chosen input.
 
     Ties: ``i*`` is the **lowest index** among the inputs with the smallest score (``np.argmin``). Exact ties are
     therefore resolved by input order -- feed the updates in a canonical order (sorted client ids) where replicas
@@ -895,8 +895,8 @@ class MultiKrum(_Rule):
         \\mathrm{MultiKrum}_{f,q}(x_1, \\dots, x_n) = \\frac{1}{q} \\sum_{i \\in Q} x_i, \\quad
         Q = \\text{the } q \\text{ indices with the smallest Krum scores}
 
-    ``q = n − f`` by default (ByzFL; seed_002 §2.3 "M = n − f"); seed_003 uses ``q = m`` (the top α %). With
-    weights the average is weighted over ``Q`` (seed_003 [C] n_k-weighted; an all-zero weight on ``Q`` falls
+    ``q = n − f`` by default (ByzFL; sself spec §2.3 "M = n − f"); cmfl spec uses ``q = m`` (the top α %). With
+    weights the average is weighted over ``Q`` (cmfl spec [C] n_k-weighted; an all-zero weight on ``Q`` falls
     back to the plain mean). Scores and neighbourhoods as in :class:`Krum`. ``Q`` is the first ``q`` indices of the
     order by ``(score, index)`` (``np.lexsort``): on exact ties, including duplicated rows, the **lowest indices**
     are taken, which is visible with weights (duplicates with different weights) or when ``q`` cuts through a

@@ -1,4 +1,4 @@
-"""CMFL committee scoring (Che et al., TPDS 2022; spec seed_003 §2.2, §2.8.6, §7.8) as pure functions.
+"""CMFL committee scoring (Che et al., TPDS 2022; spec cmfl spec §2.2, §2.8.6, §7.8) as pure functions.
 
 Committee member ``c`` holds its own reference update ``r_c`` and scores every training client ``k`` by the squared
 distance of eq. (7):
@@ -6,15 +6,15 @@ distance of eq. (7):
 .. math:: d_{ck} = \\|\\Delta_k - r_c\\|_2^2, \\qquad P^c_k = 1 / d_{ck}
 
 and the final score of eq. (8) is the harmonic mean of the members' scores, i.e. the reciprocal of the mean
-distance; the hardened variant (seed_003 §2.8.6) uses the median distance instead:
+distance; the hardened variant (cmfl spec §2.8.6) uses the median distance instead:
 
 .. math:: P_k = \\frac{C}{\\sum_{c} d_{ck}} \\quad\\text{(eq. 8)}, \\qquad
           P^{\\mathrm{med}}_k = \\frac{1}{\\mathrm{median}_c \\, d_{ck}}
 
-Higher score = closer to the committee (seed_003 §8 item 1). Distances, not reciprocals, are what members exchange
+Higher score = closer to the committee (cmfl spec §8 item 1). Distances, not reciprocals, are what members exchange
 (§8 item 5), and every reciprocal is floored: ``P = C / max(Σ_c d, floor)``.
 
-How the layers split the work (DESIGN "A round, committee mode"): member ``c`` computes **its own row**
+How the layers split the work (docs/design.md, "A round, committee mode"): member ``c`` computes **its own row**
 ``d_c = (d_{c1}, …, d_{cn})`` with :func:`distance_row` and signs it; the ``consensus`` layer receives the signed rows
 as plain numbers, puts the agreed rows in the proposal and combines them itself (eq. 8 or the median, selection,
 election) -- ``consensus`` never imports ``learning``. :func:`cmfl_scores` and :func:`cmfl_scores_median` are the
@@ -26,7 +26,7 @@ All arithmetic is float64 in numpy's own loops (fixed order, no BLAS): a distanc
 same stack of updates on the same numpy build and CPU; :func:`distance_rtol` bounds what another order of summation
 can change (the audit's recheck of a signed row, ``node.reexec``).
 Non-finite updates are rejected with :class:`~learning._errors.InvalidUpdateError` before any distance is computed
-(seed_003 §7.8 item 10).
+(cmfl spec §7.8 item 10).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def cmfl_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> n
         ``(C, n)`` agreed distance rows, in any member order: each sum is ``math.fsum`` (exactly rounded), the same
         bits as ``consensus.combine_scores(method="mean")``.
     floor:
-        Lower bound on ``Σ_c d_ck`` (identical updates give ``Σ = 0``; seed_003 §8 item 5); see
+        Lower bound on ``Σ_c d_ck`` (identical updates give ``Σ = 0``; cmfl spec §8 item 5); see
         :data:`DISTANCE_FLOOR`.
 
     Returns
@@ -171,7 +171,7 @@ def cmfl_scores(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> n
 
 
 def cmfl_scores_median(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
-    """Median-of-distances hardening (seed_003 §2.8.6): ``P_k = 1 / max(median_c d_ck, floor)``.
+    """Median-of-distances hardening (cmfl spec §2.8.6): ``P_k = 1 / max(median_c d_ck, floor)``.
 
     With an even committee size the median is the mean of the two middle distances, ``a/2 + b/2`` (no overflow;
     the same bits as ``consensus.combine_scores(method="median")``). A minority (< C/2) of members
@@ -186,7 +186,7 @@ def cmfl_scores_median(distances: np.ndarray, /, *, floor: float = DISTANCE_FLOO
 
 
 def cmfl_scores_centroid(references: np.ndarray, updates: np.ndarray, /, *, floor: float = DISTANCE_FLOOR) -> np.ndarray:
-    """Eq. (8) through the exact centroid identity of seed_003 §2.2.
+    """Eq. (8) through the exact centroid identity of cmfl spec §2.2.
 
     .. math:: \\frac{1}{C} \\sum_c \\|\\Delta_k - r_c\\|^2 = \\|\\Delta_k - \\bar r\\|^2 + V, \\qquad
               \\bar r = \\frac{1}{C} \\sum_c r_c, \\quad V = \\frac{1}{C} \\sum_c \\|r_c - \\bar r\\|^2

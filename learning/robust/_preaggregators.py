@@ -10,7 +10,7 @@ Each stage validates its own parameters (``f`` against the number of rows it rec
 Pre-aggregators follow the conventions of :mod:`learning.robust._aggregators`: validated input, never modified; output
 in the input dtype, computed in float64; a keyword-only ``rng``. Weights (``apply(..., weights=w)``) travel
 through a chain: clipping, ARC and NNM keep row ``i``'s weight on output row ``i``; bucketing returns the
-weighted bucket means with the bucket totals as weights (seed_000 §2.6).
+weighted bucket means with the bucket totals as weights (unavailability spec §2.6).
 
 Note: write chains as strings or ``Chain(pre=(...), final=...)``. Python's ``a > b > c`` is a *chained comparison*
 (``a > b and b > c``), so the ``>`` syntax exists only inside spec strings.
@@ -143,12 +143,13 @@ class NNM(_PreRule):
         \\mathrm{NNM}_f(x_1, \\dots, x_n) = (y_1, \\dots, y_n), \\quad
         y_i = \\frac{1}{n - f} \\sum_{j \\in N_i} x_j
 
-    where ``N_i`` holds the ``n − f`` inputs nearest to ``x_i`` in ℓ2, **including** ``x_i`` itself (seed_004
+    where ``N_i`` holds the ``n − f`` inputs nearest to ``x_i`` in ℓ2, **including** ``x_i`` itself (fedro spec
     §2.3; ties by lowest index). Used with the same ``f`` as the rule that follows: if ``F`` is
     ``(n, f, κ)``-robust, ``F ∘ NNM`` is ``(n, f, 8f/(n−f)·(κ+1))``-robust. Distances come from one float64 Gram
     matrix; each ``y_i`` is summed in float64 in a value-determined order (members ordered by their total
     distance to all inputs), and identical neighbourhoods are summed once. Memory: one output stack plus
-    ``O(n · 32768)`` floats (ByzFL's NNM → TrMean peaks at 8.6 GB on n = 50, d = 10⁶; benchmarks.md A1).
+    ``O(n · 32768)`` floats (ByzFL's NNM → TrMean peaks at 8.6 GB on n = 50, d = 10⁶: workload A1 of
+    ``benchmarks/README.md``).
 
     Parameters
     ----------
@@ -213,8 +214,8 @@ class Bucketing(_PreRule):
         B_b = \\{(b-1)s + 1, \\dots, \\min(bs, n)\\}, \\; b = 1, \\dots, \\lceil n/s \\rceil
 
     A random permutation (from ``rng``), consecutive buckets of size ``s`` (the last one may be smaller, as in
-    ByzFL), and the bucket means. With weights (seed_000 §2.6): ``y_b = Σ_{i∈b} w_i x_i / Σ_{i∈b} w_i`` and
-    bucket weight ``W_b = Σ_{i∈b} w_i`` (a zero-weight bucket keeps the plain mean and weight 0). seed_000 and
+    ByzFL), and the bucket means. With weights (unavailability spec §2.6): ``y_b = Σ_{i∈b} w_i x_i / Σ_{i∈b} w_i`` and
+    bucket weight ``W_b = Σ_{i∈b} w_i`` (a zero-weight bucket keeps the plain mean and weight 0). unavailability spec and
     [KHJ22] use bucket size ``s = 2``; ``s = 1`` only permutes. Bit-reproducible for a given ``rng`` state,
     but the output depends on the input order given that state, so it is permutation-invariant only in
     distribution (declared exemption).

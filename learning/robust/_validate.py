@@ -1,6 +1,6 @@
 """Checks on update vectors before they reach an aggregator, an attack or the CMFL scorer.
 
-Every update a peer sends is untrusted (DESIGN "Performance, reliability, security"): it is checked for its
+Every update a peer sends is untrusted (docs/design.md, "Performance, reliability, security"): it is checked for its
 type, shape, dtype and finiteness at the edge, and a bad one raises :class:`~learning._errors.InvalidUpdateError`
 (a peer fault: the node excludes the update and, where attributable, records evidence). Aggregators run the same
 checks on the whole ``(n, d)`` stack before they aggregate, so a NaN can never reach a sort or a digest.

@@ -2,10 +2,10 @@
 
 * ``_base``            the :class:`Strategy` interface (Flower's split: client ``local_update``, server
                        ``aggregate``), its registry and :func:`strategy_from_params`, and FedAvg;
-* ``_unavailability``  seed_000: FedAvg/FedProx variants, MIFA, (bucketing) centered clipping and GM with memory;
-* ``_mimic``           seed_001: MimiC, SCAFFOLD, uniform FedAvg with a strategy-owned schedule;
-* ``_stragglers``      seed_002: Sself, FedAsync, FedAvg with stragglers, norm thresholding;
-* ``_fedro``           seed_004: FedRo and its takeover, the choice of n̂ and b̂, robustness coefficients κ.
+* ``_unavailability``  unavailability spec: FedAvg/FedProx variants, MIFA, (bucketing) centered clipping and GM with memory;
+* ``_mimic``           mimic spec: MimiC, SCAFFOLD, uniform FedAvg with a strategy-owned schedule;
+* ``_stragglers``      sself spec: Sself, FedAsync, FedAvg with stragglers, norm thresholding;
+* ``_fedro``           fedro spec: FedRo and its takeover, the choice of n̂ and b̂, robustness coefficients κ.
 
 A new strategy: a frozen dataclass subclassing :class:`StrategyBase` with ``from_params`` and ``aggregate``,
 decorated with ``@register_strategy("name")``; a scenario names it in ``[protocol] algorithm``.

@@ -71,7 +71,7 @@ class ClientUpdate:
 
 
 class PublicEval(Protocol):
-    """Scores a model vector on the public split the host holds (seed_002 §1.3): what Sself's entropy filter and
+    """Scores a model vector on the public split the host holds (sself spec §1.3): what Sself's entropy filter and
     loss weighting need. Must be deterministic: every validator re-executes it and must get the same floats."""
 
     def __call__(self, model: np.ndarray, /) -> tuple[float, float]:
@@ -269,9 +269,9 @@ STRATEGY_LR_KEYS: dict[str, type] = {"clients": int, "lr": float, "lr_schedule":
 def strategy_lr_schedule(
     what: str, *, lr: float, lr_schedule: str, lr_gamma: float | None, lr_min: float | None
 ) -> LRSchedule:
-    """The schedule a strategy owns (seed_001 §2.7 and the seed_000 strategies alike): ``"constant"`` ``η = lr``,
+    """The schedule a strategy owns (mimic spec §2.7 and the unavailability spec strategies alike): ``"constant"`` ``η = lr``,
     ``"inverse_sqrt"`` ``η_t = lr/√(t+1)``, ``"exponential"`` ``η_t = max(lr·lr_gamma^t, lr_min)`` (floor 1e-5
-    by default, the seed_001 code's), evaluated at ``t = fl_round − 1`` by the caller."""
+    by default, the mimic spec code's), evaluated at ``t = fl_round − 1`` by the caller."""
     if not (math.isfinite(lr) and lr > 0):
         raise ConfigError(f"{what}: lr must be a positive finite number, got {lr}")
     if lr_schedule not in STRATEGY_LR_SCHEDULES:
@@ -302,12 +302,12 @@ def cap_sample_counts(updates: Sequence[ClientUpdate], ratio: int) -> list[Clien
 
     ``n_k`` is what a client signs in its update commitment, and the weight numerator of every rule that weighs
     clients by data size: FedAvg's ``θ_{t+1} = θ_t + Σ_k (n_k / Σ_j n_j) Δ_k`` (McMahan et al. 2017; CMFL's
-    aggregation, seed_003 eq. (5): ``p_{k,S} = n_k / Σ_{j∈S} n_j``), Sself's and FedAsync's ``β_t(k) ∝ m_k /
-    F_pub^δ`` and ``α_t(i) ∝ Σ_{k∈U^(i)} m_k / (t − i + 1)^c`` (seed_002 eqs. (5), (9), (10)), the ``n_k``-weighted
+    aggregation, cmfl spec eq. (5): ``p_{k,S} = n_k / Σ_{j∈S} n_j``), Sself's and FedAsync's ``β_t(k) ∝ m_k /
+    F_pub^δ`` and ``α_t(i) ∝ Σ_{k∈U^(i)} m_k / (t − i + 1)^c`` (sself spec eqs. (5), (9), (10)), the ``n_k``-weighted
     robust rules. The papers' server knows ``n_k``; in a peer-to-peer network nobody can check a claim (the data
-    is private), and one client claiming ``2^53 − 1`` took the whole weight of every round (issue 31 item 7;
-    seed_002 §7 item 17: "cap or verify m_k"). So every validator, and the auditor, re-executes every round with
-    the counts this function gives:
+    is private), and one client claiming ``2^53 − 1`` took the whole weight of every round (what is left
+    under the cap: ``benchmarks/claim_gap.py``; sself spec §7 item 17: "cap or verify m_k"). So every validator, and
+    the auditor, re-executes every round with the counts this function gives:
 
     * ``m`` = the lower median of the claims (``sorted(n)[(len − 1) // 2]``), ``cap = ratio · m``;
     * each count becomes ``min(n_k, cap)``; ``ratio = 0`` leaves the claims as signed.
@@ -317,8 +317,8 @@ def cap_sample_counts(updates: Sequence[ClientUpdate], ratio: int) -> list[Clien
     as much as ``ratio`` honest clients of median size (with ``k`` such honest clients, ``ratio / (k + ratio)`` of
     a FedAvg round). The price: an honest client whose data is more than ``ratio`` times the round's median loses
     weight too (with ``ratio = 4`` no bundled scenario's ledger changes: ``benchmarks/heads.py``, 10 and 30 rounds,
-    the non-IID partitions of seed_002 and seed_003 included). Strategies that weigh by sizes registered in the
-    genesis (seed_000's ``sizes``) never read ``n_k``.
+    the non-IID partitions of sself spec and cmfl spec included). Strategies that weigh by sizes registered in the
+    genesis (unavailability spec's ``sizes``) never read ``n_k``.
     """
     if type(ratio) is not int or ratio < 0:
         raise ValueError(f"n_samples cap ratio must be an int >= 0, got {ratio!r}")

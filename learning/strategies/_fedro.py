@@ -1,14 +1,14 @@
-"""FedRo (seed_004): the strategy, its choice of the sample size n̂ and the aggregator tolerance b̂, and robustness
+"""FedRo (fedro spec): the strategy, its choice of the sample size n̂ and the aggregator tolerance b̂, and robustness
 coefficients κ.
 
 =================== ============================================================== =============================
 name                server rule                                                    spec
 =================== ============================================================== =============================
-``fedro``           ``x_{t+1} = x_t + γ_s · A(u_t^(i), i ∈ S_t)``, ``f = b̂``      seed_004 Algorithm 1
-``fedro_takeover``  FedRo; ``x_{t+1} = 0`` once ``b_t > f`` sampled are Byzantine  seed_004 §4 (Fig. 2)
+``fedro``           ``x_{t+1} = x_t + γ_s · A(u_t^(i), i ∈ S_t)``, ``f = b̂``      fedro spec Algorithm 1
+``fedro_takeover``  FedRo; ``x_{t+1} = 0`` once ``b_t > f`` sampled are Byzantine  fedro spec §4 (Fig. 2)
 =================== ============================================================== =============================
 
-Spec seed_004 §3 ("Tackling Byzantine Clients in Federated Learning"). With ``b`` Byzantine clients among ``n`` and
+Spec fedro spec §3 ("Tackling Byzantine Clients in Federated Learning"). With ``b`` Byzantine clients among ``n`` and
 ``n̂`` sampled per round without replacement, the number of sampled Byzantine clients is
 ``b̂_t ~ HG(n, b, n̂)``; training converges on the event ``E = {∀t < T: b̂_t ≤ b̂}`` (eq. 4), and the aggregator is
 called with tolerance ``b̂ < n̂/2``. Bernoulli KL divergence:
@@ -23,7 +23,7 @@ called with tolerance ``b̂ < n̂/2``. Bernoulli KL divergence:
   ``mode="exact"`` (an extension, not in the paper), the smallest feasible ``b̂`` with
   ``T · P[HG(n, b, n̂) > b̂] ≤ 1 − p`` from exact hypergeometric tails (9).
 
-κ of Definition 2 (Allouah et al. 2023; seed_004 §2.3): ``A`` is ``(n, f, κ)``-robust if for every set ``S`` of
+κ of Definition 2 (Allouah et al. 2023; fedro spec §2.3): ``A`` is ``(n, f, κ)``-robust if for every set ``S`` of
 ``n − f`` inputs ``‖A(w) − w̄_S‖² ≤ (κ/|S|) Σ_{i∈S} ‖w_i − w̄_S‖²``.
 """
 
@@ -139,7 +139,7 @@ def n_hat_opt(n: int, b: int, T: int, p: float) -> int:
 
 
 def exact_b_hat(n: int, b: int, n_hat: int, T: int, p: float) -> int:
-    """Smallest ``b̂ >= 0`` with ``T · P[HG(n, b, n̂) > b̂] ≤ 1 − p`` (no ``b̂ < n̂/2`` constraint; seed_004 §3.4)."""
+    """Smallest ``b̂ >= 0`` with ``T · P[HG(n, b, n̂) > b̂] ≤ 1 − p`` (no ``b̂ < n̂/2`` constraint; fedro spec §3.4)."""
     n = _int("n", n, 1)
     b = _int("b", b, 0)
     n_hat = _int("n_hat", n_hat, 1)
@@ -241,7 +241,7 @@ def recommend(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# κ (Definition 2) -- closed forms from Allouah et al. 2023 (seed_004 §2.3)
+# κ (Definition 2) -- closed forms from Allouah et al. 2023 (fedro spec §2.3)
 
 
 def _kappa_args(n: int, f: int) -> tuple[int, int]:
@@ -314,13 +314,13 @@ def robustness_ratio(output: np.ndarray, inputs: np.ndarray, f: int, *, atol: fl
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The FedRo strategy (seed_004 Algorithm 1)
+# The FedRo strategy (fedro spec Algorithm 1)
 
 
 @register_strategy("fedro")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedRo(StrategyBase):
-    """FedRo (seed_004 Algorithm 1): ``x_{t+1} = x_t + γ_s · A(u_t^{(i)}, i ∈ S_t)``.
+    """FedRo (fedro spec Algorithm 1): ``x_{t+1} = x_t + γ_s · A(u_t^{(i)}, i ∈ S_t)``.
 
     ``A`` is any aggregator chain (default NNM then coordinate-wise trimmed mean, the paper's choice),
     called with tolerance ``f = b̂``; ``clients = n̂``. Use :func:`learning.recommend` to choose n̂ and b̂.
@@ -377,19 +377,19 @@ class FedRo(StrategyBase):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# seed_004 Fig. 2: the "takeover" of FedRo (a simulation device)
+# fedro spec Fig. 2: the "takeover" of FedRo (a simulation device)
 
 
 @register_strategy("fedro_takeover")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedRoTakeover(FedRo):
-    """FedRo with the Fig. 2 takeover of seed_004 §4: if more than ``b̂ = f`` of the round's sampled clients are
+    """FedRo with the Fig. 2 takeover of fedro spec §4: if more than ``b̂ = f`` of the round's sampled clients are
     Byzantine (``b̂_t > b̂``), they "take control" and set ``x_{t+1} = 0``; otherwise plain FedRo (the Byzantine
     clients then play their update attack, e.g. sign flipping, through the aggregator).
 
     The paper's takeover is an abstraction of the adversary, not a server rule: here the Byzantine set is a
     *declared* simulation parameter (``takeover_peers``, written in the genesis, so auditors re-execute the same
-    decision) and ``b̂_t`` counts ``info.sampled`` (the ``n̂`` sampled clients, seed_004 §8 item 5: "> b̂" fires).
+    decision) and ``b̂_t`` counts ``info.sampled`` (the ``n̂`` sampled clients, fedro spec §8 item 5: "> b̂" fires).
 
     Parameters
     ----------

@@ -1,6 +1,6 @@
-"""MimiC, SCAFFOLD and uniform FedAvg with a strategy-owned learning-rate schedule (seed_001).
+"""MimiC, SCAFFOLD and uniform FedAvg with a strategy-owned learning-rate schedule (mimic spec).
 
-Units (seed_001 §2.0)
+Units (mimic spec §2.0)
 ---------------------
 The paper works in **gradient units** (Convention G, the default, ``units = "gradient"``): a client trains
 ``K_i`` plain-SGD steps at the round's local rate ``η_L(t)`` and uploads the average gradient along its
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 UNITS = ("gradient", "delta")
-"""seed_001 §2.0: Convention G (paper, default) and Convention D (released code)."""
+"""mimic spec §2.0: Convention G (paper, default) and Convention D (released code)."""
 
 LR_SCHEDULES = STRATEGY_LR_SCHEDULES
 """Schedules a strategy of this module accepts as ``lr_schedule`` (see :mod:`learning.training._schedules`)."""
@@ -95,7 +95,7 @@ class PeerTable:
     """One float64 vector and one round number per peer, encoded canonically (sorted peers, raw LE floats).
 
     MimiC's corrections ``c^i`` with each client's last active round, SCAFFOLD-active-mean's ``c_j``.
-    Peers never seen are absent (their vector is 0, seed_001 §2.3 line 1).
+    Peers never seen are absent (their vector is 0, mimic spec §2.3 line 1).
     """
 
     vectors: Mapping[str, np.ndarray]
@@ -198,7 +198,7 @@ class _Scheduled(StrategyBase):
     clients:
         Clients asked per round (0 = every member, the paper's "ask all clients", Algorithm 1 line 3).
     lr:
-        ``η_L`` at the first round (required; seed_001 Table 2: 0.01, §6.1: 0.05).
+        ``η_L`` at the first round (required; mimic spec Table 2: 0.01, §6.1: 0.05).
     lr_schedule:
         ``"constant"``, ``"exponential"`` (``max(lr·lr_gamma^t, lr_min)``, §2.7) or ``"inverse_sqrt"``.
     lr_gamma:
@@ -233,7 +233,7 @@ class _Scheduled(StrategyBase):
         return kw
 
     def lr_at(self, fl_round: int) -> float:
-        """``η_L(t)`` with ``t = fl_round − 1`` (our rounds start at 1, the schedules' at 0; seed_001 §2.7)."""
+        """``η_L(t)`` with ``t = fl_round − 1`` (our rounds start at 1, the schedules' at 0; mimic spec §2.7)."""
         if fl_round < 1:
             raise ValueError(f"fl_round counts from 1, got {fl_round}")
         return self._schedule(fl_round - 1)
@@ -241,7 +241,7 @@ class _Scheduled(StrategyBase):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Uniform(_Scheduled):
-    """Uniform ``1/|S_t|`` averaging in gradient or delta units (seed_001 eqs. (4)–(5), §2.0)."""
+    """Uniform ``1/|S_t|`` averaging in gradient or delta units (mimic spec eqs. (4)–(5), §2.0)."""
 
     units: str = "gradient"
     local_steps: int | None = None
@@ -300,7 +300,7 @@ class _Uniform(_Scheduled):
 @register_strategy("fedavg_uniform")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedAvgUniform(_Uniform):
-    """FedAvg as seed_001 §2.2 runs it: ``v_t = (1/|S_t|) Σ_{i∈S_t} ĝ_i``, ``w_{t+1} = w_t − η_t v_t``.
+    """FedAvg as mimic spec §2.2 runs it: ``v_t = (1/|S_t|) Σ_{i∈S_t} ĝ_i``, ``w_{t+1} = w_t − η_t v_t``.
 
     Differs from ``"fedavg"`` (:class:`learning.FedAvg`) in three ways, all needed for equal comparisons with
     :class:`MimiC`: uniform weights over the *active* clients (not sample-size weights), the strategy's own
@@ -344,7 +344,7 @@ _MIMIC_KEYS = {"format", "units", "dtype", "dim", "peers", "last", "vectors"}
 @register_strategy("mimic")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MimiC(_Uniform):
-    """MimiC (seed_001 §2.3, Algorithm 1): dropout-bias correction by mimicking the central update.
+    """MimiC (mimic spec §2.3, Algorithm 1): dropout-bias correction by mimicking the central update.
 
     Server side, with ``c^i = 0`` for never-seen clients (line 1)::
 
@@ -487,7 +487,7 @@ def decode_scaffold_client_state(client_state: bytes | None, d: int) -> np.ndarr
 @register_strategy("scaffold")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scaffold(_Scheduled):
-    """Standard SCAFFOLD (Karimireddy et al. 2020, option II), as seed_001 §2.6 specifies it::
+    """Standard SCAFFOLD (Karimireddy et al. 2020, option II), as mimic spec §2.6 specifies it::
 
         client i ∈ S_t:  y ← x;  K_i times: y ← y − η_L (∇F_i(y; ξ) − c_i + c)
                          c_i⁺ = c_i − c + (x − y)/(K_i η_L)                       # option II
@@ -599,7 +599,7 @@ class Scaffold(_Scheduled):
 @register_strategy("scaffold_active_mean")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScaffoldActiveMean(Scaffold):
-    """SCAFFOLD with ``c = mean_{j∈S_t} c_j`` (seed_001 §2.6 optional variant; eq. (18) taken literally).
+    """SCAFFOLD with ``c = mean_{j∈S_t} c_j`` (mimic spec §2.6 optional variant; eq. (18) taken literally).
 
     The server tracks each client's ``c_j`` as the running sum of its ``Δc_j`` (N·d floats in the state) and
     sets ``c`` to the mean over the round's active clients; expected to be dropout-biased (§2.6).

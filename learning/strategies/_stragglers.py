@@ -1,6 +1,6 @@
-"""Strategies for stragglers and adversaries (seed_002): Sself and its baselines, on one model-space interface.
+"""Strategies for stragglers and adversaries (sself spec): Sself and its baselines, on one model-space interface.
 
-Registered strategies (all model-space, m_k-weighted, seed_002 §2.3 "All baselines aggregate parameters"):
+Registered strategies (all model-space, m_k-weighted, sself spec §2.3 "All baselines aggregate parameters"):
 
 * ``sself`` (``max_staleness`` 2 by default): Algorithm 1 / §2.2, entropy filter, loss-weighted average per
   staleness group, α_t(i) ∝ Σm_k/(t−i+1)^c, ``w ← (1−γ)w + γz``. ``aggregator="rfa"`` or ``"multi_krum"`` with
@@ -17,14 +17,14 @@ Conventions
 * **Models from updates.** A :class:`~learning.strategies.ClientUpdate` carries ``Δ_k = w_i(k) − w_i``, the
   device's model minus the global model ``w_i`` it started from (``base_round = i``). ``w_i`` is ``model`` for a
   fresh update (``base_round == info.fl_round``, or ``-1``) and ``info.base_models[i]`` for a stale one; so
-  ``w_i(k) = w_i + Δ_k`` (seed_002 §7.2 item 6: the group's base is ``w_i``, not ``w_t``). A group aggregate is
+  ``w_i(k) = w_i + Δ_k`` (sself spec §7.2 item 6: the group's base is ``w_i``, not ``w_t``). A group aggregate is
   computed as ``v_i = w_i + A(Δ_k : k ∈ U_t^{(i)})``, which for the weighted means and the (translation-equivariant)
   geometric median and Multi-Krum is the same as aggregating the models (§2.3 item 4).
-* **Staleness.** ``fl_round − base_round + 1`` (seed_002 §7.2 item 1): 1 for a fresh update. Updates with
+* **Staleness.** ``fl_round − base_round + 1`` (sself spec §7.2 item 1): 1 for a fresh update. Updates with
   ``fl_round − base_round > max_staleness`` or ``base_round > fl_round`` are a host bug (ValueError): the host
   must drop them before aggregation.
 * **Scores.** Strategies that need public scores call ``info.public(w_i(k))`` on the float32 model
-  ``float32(w_i + Δ_k)``; a non-finite ``E_avg`` or ``F_pub`` always rejects the model (seed_002 §7.1,
+  ``float32(w_i + Δ_k)``; a non-finite ``E_avg`` or ``F_pub`` always rejects the model (sself spec §7.1,
   fail-closed), the entropy rule rejects iff ``E_avg > E_th`` (Algorithm 1 line 6).
 * **Determinism.** Updates in the node's canonical ``(peer, base_round)`` order, groups by increasing base round,
   float64 accumulation in that order, scalar weights with :mod:`math` in Python floats, one cast to float32 at the
@@ -73,19 +73,19 @@ GROUP_AGGREGATORS: tuple[str, ...] = ("loss_weighted", "rfa", "multi_krum")
 """Sself's rule inside a staleness group (Algorithm 1 line 10, or its §2.3 item 7 replacements)."""
 
 RFA = GeometricMedian(nu=1e-5, iterations=10, init="mean", ftol=1e-6)
-"""RFA's smoothed Weiszfeld as seed_002 §2.3 item 4 fixes it (official code: ν = 1e-5, ≤ 10 iterations, ftol 1e-6,
+"""RFA's smoothed Weiszfeld as sself spec §2.3 item 4 fixes it (official code: ν = 1e-5, ≤ 10 iterations, ftol 1e-6,
 start at the m_k-weighted mean), called with weights ``m_k``."""
 
 LOSS_FLOOR = 1e-12
-"""F_pub is clamped to this before ``log`` (seed_002 §7.2 item 3)."""
+"""F_pub is clamped to this before ``log`` (sself spec §7.2 item 3)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Pure weight functions (seed_002 eqs. 9, 10)
+# Pure weight functions (sself spec eqs. 9, 10)
 
 
 def loss_weights(sizes: Sequence[int], losses: Sequence[float] | None, delta: float) -> list[float]:
-    """β_i(k) ∝ m_k / F_pub(w_i(k))^δ, normalised inside one staleness group (seed_002 eq. 9, §7.2 item 3).
+    """β_i(k) ∝ m_k / F_pub(w_i(k))^δ, normalised inside one staleness group (sself spec eq. 9, §7.2 item 3).
 
     Computed in log space, ``log β = log m_k − δ · log max(F, 1e-12)``, normalised with log-sum-exp, so δ = 5 and
     F = 900 do not overflow. ``δ = 0`` (or ``losses=None``) returns FedAvg's ``m_k / Σ m`` exactly (``1/n`` if
@@ -116,7 +116,7 @@ def loss_weights(sizes: Sequence[int], losses: Sequence[float] | None, delta: fl
 
 
 def staleness_weights(group_sizes: Sequence[int], staleness: Sequence[int], c: float) -> list[float]:
-    """α_t(i) ∝ (Σ_{k ∈ U_t^{(i)}} m_k) / (t − i + 1)^c over the filtered groups, summing to 1 (seed_002 eq. 10).
+    """α_t(i) ∝ (Σ_{k ∈ U_t^{(i)}} m_k) / (t − i + 1)^c over the filtered groups, summing to 1 (sself spec eq. 10).
 
     ``staleness`` holds ``t − i + 1`` (1 = fresh). If every group has ``Σ m = 0`` the group *counts* are not known
     here, so each group then weighs ``1 / s^c``.
@@ -134,7 +134,7 @@ def staleness_weights(group_sizes: Sequence[int], staleness: Sequence[int], c: f
 
 def multi_krum_f(n: int) -> int:
     """Multi-Krum's tolerance for ``n`` received results: the largest ``f`` with ``2f + 2 < n``, ⌊(n−3)/2⌋
-    (seed_002 §2.3 item 5); below 1 the strategies fall back to FedAvg."""
+    (sself spec §2.3 item 5); below 1 the strategies fall back to FedAvg."""
     return (n - 3) // 2
 
 
@@ -210,7 +210,7 @@ def _resolve(
 def _public_of(info: RoundInfo, entropy_impl: str, what: str) -> PublicEval:
     public = info.public
     if public is None:
-        raise ValueError(f"{what}: needs info.public, the host's public-split evaluator (seed_002 §1.3)")
+        raise ValueError(f"{what}: needs info.public, the host's public-split evaluator (sself spec §1.3)")
     if isinstance(public, PublicScorer) and public.entropy_impl != entropy_impl:
         raise ValueError(f"{what}: configured entropy_impl={entropy_impl!r} but the host's scorer uses "
                          f"{public.entropy_impl!r}")
@@ -265,7 +265,7 @@ def _robust_delta(
 
 
 def _decayed(value: float, factor: float, every: int, fl_round: int) -> float:
-    """``value · factor^⌊(fl_round − 1)/every⌋`` (seed_002 §7.2 item 9 [DEFAULT]: ×0.5 per period; 0 = none)."""
+    """``value · factor^⌊(fl_round − 1)/every⌋`` (sself spec §7.2 item 9 [DEFAULT]: ×0.5 per period; 0 = none)."""
     if every == 0 or factor == 1.0:
         return value
     return value * factor ** ((fl_round - 1) // every)
@@ -299,7 +299,7 @@ def _take_with_e_th(params: Mapping[str, Any], allowed: dict[str, type], what: s
 @register_strategy("sself")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sself(StrategyBase):
-    """Sself, seed_002 Algorithm 1 in the implementation-grade form of §2.2.
+    """Sself, sself spec Algorithm 1 in the implementation-grade form of §2.2.
 
     .. math::
 
@@ -467,7 +467,7 @@ class Sself(StrategyBase):
 @register_strategy("fedavg_stragglers")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedAvgStragglers(StrategyBase):
-    """FedAvg, RFA or Multi-Krum over the round's fresh models (seed_002 §2.3 items 1, 2, 4, 5, 7).
+    """FedAvg, RFA or Multi-Krum over the round's fresh models (sself spec §2.3 items 1, 2, 4, 5, 7).
 
     *Wait for stragglers* (the host ends a round when all of S_t have delivered: 1 + max delay time units) and
     *ignore stragglers* (the host ends it at T_d and drops late results) aggregate identically; both are
@@ -526,7 +526,7 @@ class FedAvgStragglers(StrategyBase):
 @register_strategy("fedasync")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedAsync(StrategyBase):
-    """FedAsync (Xie et al. 2019) with polynomial staleness, as seed_002 §2.3 item 3 runs it per time slot.
+    """FedAsync (Xie et al. 2019) with polynomial staleness, as sself spec §2.3 item 3 runs it per time slot.
 
     .. math::
 
@@ -636,7 +636,7 @@ class FedAsync(StrategyBase):
 @register_strategy("norm_threshold")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NormThreshold(StrategyBase):
-    """Norm thresholding (Sun et al. 2019) as seed_002 §2.3 item 6 reads it: *drop* every update with
+    """Norm thresholding (Sun et al. 2019) as sself spec §2.3 item 6 reads it: *drop* every update with
     ``‖w_k − w_t‖₂ = ‖Δ_k‖₂ > threshold`` (kept iff ≤), then FedAvg the rest (delegated to ``fedavg``); if nothing
     survives the model is kept. Synchronous (the paper's backdoor runs).
 

@@ -1,20 +1,20 @@
-"""Strategies of seed_000 ("FL in the presence of adversarial client unavailability") and its baselines.
+"""Strategies of unavailability spec ("FL in the presence of adversarial client unavailability") and its baselines.
 
 =================== ============================================================== =============================
 name                server rule                                                    spec
 =================== ============================================================== =============================
-``fedavg_v``        ``θ_{t+1} = θ_t + β Σ_{i∈S_t} w_i Δ_i``, ``w_i = n_i/N``         seed_000 §2.1, eq. (2)
-``fedprox_v``       the same, clients minimise ``ℓ + (μ/2)‖z − θ_t‖²``              seed_000 §2.2
-``fedprox``         naive FedProx: FedAvg's renormalised ``n_i / Σ_{S_t} n_j``      seed_000 §2.4
-``mifa``            ``θ_{t+1} = θ_t − η_t Σ_{i∈[M]} w_i G^i``, stale ``G^i`` kept   seed_000 (44), seed_001 §2.4
-``cclip``           ``θ_{t+1} = θ_t − η CC({m_i}_{i∈[M]}, w)``, stale momenta kept  seed_000 §2.6, eq. (43)
-``gm``              the same with the smoothed-Weiszfeld geometric median           seed_000 §2.6
-``bucketing_cclip`` bucketing (size 2) then centered clipping                      seed_000 §2.6, [KHJ22] Alg. 1
-``bucketing_gm``    bucketing (size 2) then the geometric median                   seed_000 §2.6
+``fedavg_v``        ``θ_{t+1} = θ_t + β Σ_{i∈S_t} w_i Δ_i``, ``w_i = n_i/N``         unavailability spec §2.1, eq. (2)
+``fedprox_v``       the same, clients minimise ``ℓ + (μ/2)‖z − θ_t‖²``              unavailability spec §2.2
+``fedprox``         naive FedProx: FedAvg's renormalised ``n_i / Σ_{S_t} n_j``      unavailability spec §2.4
+``mifa``            ``θ_{t+1} = θ_t − η_t Σ_{i∈[M]} w_i G^i``, stale ``G^i`` kept   unavailability spec (44), mimic spec §2.4
+``cclip``           ``θ_{t+1} = θ_t − η CC({m_i}_{i∈[M]}, w)``, stale momenta kept  unavailability spec §2.6, eq. (43)
+``gm``              the same with the smoothed-Weiszfeld geometric median           unavailability spec §2.6
+``bucketing_cclip`` bucketing (size 2) then centered clipping                      unavailability spec §2.6, [KHJ22] Alg. 1
+``bucketing_gm``    bucketing (size 2) then the geometric median                   unavailability spec §2.6
 =================== ============================================================== =============================
 
-Naive FedAvg is :class:`learning.strategies.FedAvg` (``"fedavg"``, seed_000 §2.3); FedRo's takeover
-(``fedro_takeover``, seed_004 Fig. 2) is in :mod:`learning.strategies._fedro`.
+Naive FedAvg is :class:`learning.strategies.FedAvg` (``"fedavg"``, unavailability spec §2.3); FedRo's takeover
+(``fedro_takeover``, fedro spec Fig. 2) is in :mod:`learning.strategies._fedro`.
 
 Population weights
 ------------------
@@ -33,7 +33,7 @@ know ``η_t``. Two ways, chosen by configuration:
   ``[vector ‖ η]`` (``upload_dim(d) = d + 1``), and the server uses the (lower) median ``η`` of the round's fresh
   uploads. An upload whose ``η`` is not a positive finite number is rejected (listed in the record), never fatal.
 * ``lr`` (with ``lr_schedule``, ``lr_gamma``, ``lr_min``) set: the strategy owns the schedule exactly like the
-  seed_001 strategies (:mod:`learning.strategies._mimic`): clients train at ``η(fl_round − 1)``, the server uses the
+  mimic spec strategies (:mod:`learning.strategies._mimic`): clients train at ``η(fl_round − 1)``, the server uses the
   same value, the upload is the bare vector.
 
 Determinism
@@ -41,7 +41,7 @@ Determinism
 Updates arrive sorted by peer; every sum runs in sorted-member order in float64 and is cast to float32 once.
 Cross-round state (MIFA's update table, the momentum table) is :class:`MemberTable`: canonical msgpack (``ledger``
 encoding) with the rows as raw little-endian float32 bytes, decoded strictly. A round with no update returns the
-old model and the old state (seed_001 §7 item 7: "skip the server step if ``S_t = ∅``").
+old model and the old state (mimic spec §7 item 7: "skip the server step if ``S_t = ∅``").
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def _positive(obj: Any, attr: str, *, allow_zero: bool = False) -> None:
 
 
 def population_weights(sizes: Sequence[int], members: int, what: str = "strategy") -> np.ndarray:
-    """``w_i = n_i / N`` over all members (seed_000 §1.1), or ``1/M`` each when ``sizes`` is empty (float64)."""
+    """``w_i = n_i / N`` over all members (unavailability spec §1.1), or ``1/M`` each when ``sizes`` is empty (float64)."""
     if members <= 0:
         raise ConfigError(f"{what}: the federation has no members")
     if not sizes:
@@ -165,7 +165,7 @@ def _split_lr(x: np.ndarray, updates: Sequence[ClientUpdate], d: int) -> tuple[l
 
 
 def _skip(model: np.ndarray, state: bytes | None, record: Mapping[str, Any]) -> AggregateResult:
-    """No usable update: the old model, the old state (seed_001 §7 item 7)."""
+    """No usable update: the old model, the old state (mimic spec §7 item 7)."""
     return AggregateResult(model=model, record={**record, "skipped": True}, state=state)
 
 
@@ -240,7 +240,7 @@ class MemberTable:
         return MemberTable(peers, rows)
 
     def dense(self, members: Sequence[str]) -> np.ndarray:
-        """``(M, d)`` float32 stack in member order; members without a row get zeros (seed_000 §7 items 12–13)."""
+        """``(M, d)`` float32 stack in member order; members without a row get zeros (unavailability spec §7 items 12–13)."""
         out = np.zeros((len(members), self.rows.shape[1]), dtype=np.float32)
         where = {p: i for i, p in enumerate(members)}
         for r, p in enumerate(self.peers):
@@ -255,7 +255,7 @@ class MemberTable:
 @register_strategy("fedavg_v")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedAvgV(StrategyBase):
-    """The paper's FedAvg variant (seed_000 §2.1, eq. 2): fixed population weights, global factor β.
+    """The paper's FedAvg variant (unavailability spec §2.1, eq. 2): fixed population weights, global factor β.
 
     .. math::
 
@@ -340,7 +340,7 @@ class FedAvgV(StrategyBase):
 
 
 def _prox_update(mu: float, job: ClientJob, train: LocalTrain) -> ClientUpload:
-    """FedProx client (seed_000 §2.2): minimise ``ℓ_{i,t}(z) + (μ/2)‖z − θ_t‖²`` by the host's local solver."""
+    """FedProx client (unavailability spec §2.2): minimise ``ℓ_{i,t}(z) + (μ/2)‖z − θ_t‖²`` by the host's local solver."""
     out = train(job.model, lr=job.lr, prox_mu=mu)
     return ClientUpload(vector=out.delta, n_samples=out.n_samples)
 
@@ -348,7 +348,7 @@ def _prox_update(mu: float, job: ClientJob, train: LocalTrain) -> ClientUpload:
 @register_strategy("fedprox_v")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedProxV(FedAvgV):
-    """The paper's FedProx variant (seed_000 §2.2): proximal local problem, eq. (2) aggregation.
+    """The paper's FedProx variant (unavailability spec §2.2): proximal local problem, eq. (2) aggregation.
 
     The client solves ``min_z ℓ_{i,t}(z) + (μ/2)‖z − θ_t‖²`` inexactly with the host's local solver
     (``train(..., prox_mu=μ)``; the paper uses ``s`` steps of momentum SGD 0.9 with a buffer reset every round,
@@ -378,7 +378,7 @@ class FedProxV(FedAvgV):
 @register_strategy("fedprox")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FedProx(FedAvg):
-    """Naive FedProx (Li et al. 2020; seed_000 §2.4): the proximal client of :class:`FedProxV`, FedAvg's
+    """Naive FedProx (Li et al. 2020; unavailability spec §2.4): the proximal client of :class:`FedProxV`, FedAvg's
     aggregation renormalised over the responders, ``θ_{t+1} = θ_t + η_s Σ_{i∈S_t} (n_i / Σ_{j∈S_t} n_j) Δ_i``.
 
     Parameters
@@ -413,7 +413,7 @@ class FedProx(FedAvg):
 def _own_schedule(obj: Any) -> LRSchedule | None:
     """The strategy-owned schedule from ``lr``/``lr_schedule``/``lr_gamma``/``lr_min`` (None: the host's rate).
 
-    Same parameters and meaning as the seed_001 strategies (:mod:`learning.strategies._mimic`), so one
+    Same parameters and meaning as the mimic spec strategies (:mod:`learning.strategies._mimic`), so one
     ``protocol.params`` configures MIFA and MimiC alike: ``"constant"`` ``η = lr``, ``"inverse_sqrt"``
     ``η_t = lr/√(t+1)``, ``"exponential"`` ``η_t = max(lr·lr_gamma^t, lr_min)`` (floor 1e-5 by default),
     ``t = fl_round − 1``.
@@ -485,14 +485,18 @@ def _scaled(delta: np.ndarray, lr: float) -> np.ndarray:
 # MIFA
 
 
-_MIFA_VARIANTS = ("seed000", "seed001")
+_MIFA_WEIGHTS = {"unavailability": "unavailability", "mimic": "mimic", "seed000": "unavailability", "seed001": "mimic"}
+"""``variant`` -> whose weights: the papers by name, or by their former ids (``seed000``, ``seed001``), which stay
+valid. The value is kept as written (it is in the round record), so a chain written with either spelling
+re-executes as it was."""
+_MIFA_VARIANTS = tuple(_MIFA_WEIGHTS)
 _MIFA_UNITS = ("gradient", "delta")
 
 
 @register_strategy("mifa")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MIFA(_RoundRate):
-    """MIFA (Gu et al. 2021) with the server-side update table, as seed_000 §2.5 (44) or seed_001 §2.4 use it.
+    """MIFA (Gu et al. 2021) with the server-side update table, as unavailability spec §2.5 (44) or mimic spec §2.4 use it.
 
     .. math::
 
@@ -502,26 +506,28 @@ class MIFA(_RoundRate):
     ``G^i`` starts at zero (§7 item 12) and stays stale while ``i`` is silent; stale entries are multiplied by the
     *current* ``η_t``. Weights over **all** members:
 
-    * ``variant="seed000"`` (eq. 44): ``w_i = n_i / N`` (``sizes``; ``1/M`` without it);
-    * ``variant="seed001"`` (§2.4): ``w_i = 1/M`` always (the code's ``round(1/N, 4)`` is not copied, §7 item 3).
+    * ``variant="unavailability"`` (or ``"seed000"``; eq. 44): ``w_i = n_i / N`` (``sizes``; ``1/M`` without it);
+    * ``variant="mimic"`` (or ``"seed001"``; §2.4): ``w_i = 1/M`` always (the code's ``round(1/N, 4)`` is not
+      copied, §7 item 3).
 
-    ``units="gradient"`` (default; seed_001 Convention G) stores ``G^i`` in gradient units as above, the client
-    uploading ``−Δ_i/η``. With equal local step counts ``K`` this is seed_001's ``ĝ_i = −Δ_i/(η K)`` times ``K``
-    with the server step ``η_t = K·η_L(t)``, i.e. the same algorithm. ``units="delta"`` (seed_001 Convention D,
+    ``units="gradient"`` (default; mimic spec Convention G) stores ``G^i`` in gradient units as above, the client
+    uploading ``−Δ_i/η``. With equal local step counts ``K`` this is mimic spec's ``ĝ_i = −Δ_i/(η K)`` times ``K``
+    with the server step ``η_t = K·η_L(t)``, i.e. the same algorithm. ``units="delta"`` (mimic spec Convention D,
     ``code_compat``) stores raw deltas and applies ``θ_t + Σ w_i Δ_i``: stale deltas keep their old learning rate.
-    Under full participation MIFA is FedAvg (seed_001 §2.3 item 2); with ``s = 1`` it is gradient descent on
-    ``F`` (seed_000 §6.1 item 8). Round 1 should have every member active (seed_001 §1: ``S_0 = 𝒩``), a host choice.
+    Under full participation MIFA is FedAvg (mimic spec §2.3 item 2); with ``s = 1`` it is gradient descent on
+    ``F`` (unavailability spec §6.1 item 8). Round 1 should have every member active (mimic spec §1: ``S_0 = 𝒩``), a host choice.
 
     Parameters
     ----------
     clients:
         ``K`` (0 = every member).
     variant:
-        ``"seed000"`` or ``"seed001"``.
+        ``"unavailability"`` or ``"mimic"`` (the former ids ``"seed000"`` and ``"seed001"`` are the same; the
+        default stays ``"seed000"``, so that the records of existing chains do not change).
     units:
         ``"gradient"`` or ``"delta"``.
     sizes:
-        ``n_i`` per member (``variant="seed000"`` only).
+        ``n_i`` per member (``variant="unavailability"`` only).
     lr, lr_schedule, lr_gamma, lr_min:
         Optional strategy-owned learning rate (:func:`_own_schedule`); unset = the host's rate.
     """
@@ -536,8 +542,9 @@ class MIFA(_RoundRate):
             raise ConfigError(f"mifa: variant must be one of {_MIFA_VARIANTS}, got {self.variant!r}")
         if self.units not in _MIFA_UNITS:
             raise ConfigError(f"mifa: units must be one of {_MIFA_UNITS}, got {self.units!r}")
-        if self.variant == "seed001" and self.sizes:
-            raise ConfigError("mifa: variant seed001 weighs every member 1/M; sizes apply to variant seed000 only")
+        if _MIFA_WEIGHTS[self.variant] == "mimic" and self.sizes:
+            raise ConfigError(f"mifa: variant {self.variant} weighs every member 1/M; sizes apply to variant "
+                              "unavailability (seed000) only")
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> MIFA:
@@ -580,7 +587,7 @@ class MIFA(_RoundRate):
         if not good:
             return _skip(model, state, record)
         table = table.updated({updates[r].peer: x[r, :d] for r in good})
-        sizes = self.sizes if self.variant == "seed000" else ()
+        sizes = self.sizes if _MIFA_WEIGHTS[self.variant] == "unavailability" else ()
         w = population_weights(sizes, len(members), "mifa")
         where = {p: i for i, p in enumerate(members)}
         acc = np.zeros(d, dtype=np.float64)
@@ -595,14 +602,14 @@ class MIFA(_RoundRate):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Byzantine-robust baselines with client momentum and stale-momentum reuse (seed_000 §2.6)
+# Byzantine-robust baselines with client momentum and stale-momentum reuse (unavailability spec §2.6)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _StaleMomentum(_RoundRate):
     """Client momentum persisting across rounds; the server aggregates the latest momentum of **all** members.
 
-    Client (seed_000 §2.6): ``m_i ← β_0 m_i + g_i`` over the host's local steps (``s = 1`` in the paper), the
+    Client (unavailability spec §2.6): ``m_i ← β_0 m_i + g_i`` over the host's local steps (``s = 1`` in the paper), the
     buffer kept in ``client_state`` between the client's jobs (host ``momentum = β_0 = 0.9``; PyTorch convention,
     no dampening). The upload is ``m_i`` (``[m_i ‖ η]`` with the host's rate). With host momentum 0 the trainer
     returns no buffer and the client uploads its cumulative gradient ``−Δ_i/η`` instead.
@@ -677,7 +684,7 @@ def _check_momentum(obj: Any) -> None:
 @register_strategy("cclip")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CClip(_StaleMomentum):
-    """Centered clipping over all members' (stale) momenta, weighted (seed_000 §2.6, eq. 43).
+    """Centered clipping over all members' (stale) momenta, weighted (unavailability spec §2.6, eq. 43).
 
     .. math::
 
@@ -723,7 +730,7 @@ class CClip(_StaleMomentum):
 @register_strategy("bucketing_cclip")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BucketingCClip(CClip):
-    """:class:`CClip` after bucketing with bucket size 2 ([KHJ22] Algorithm 1; seed_000 §2.6: "2 buckets" means
+    """:class:`CClip` after bucketing with bucket size 2 ([KHJ22] Algorithm 1; unavailability spec §2.6: "2 buckets" means
     bucket *size* 2). Bucket means weigh by ``n_i``, bucket weights are ``Σ_{i∈b} n_i / N``; the permutation comes
     from the round's ``rng``."""
 
@@ -734,7 +741,7 @@ class BucketingCClip(CClip):
 @register_strategy("gm")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GM(_StaleMomentum):
-    """Geometric median over all members' (stale) momenta by smoothed Weiszfeld (seed_000 §2.6, [PKH22]).
+    """Geometric median over all members' (stale) momenta by smoothed Weiszfeld (unavailability spec §2.6, [PKH22]).
 
     .. math::
 
@@ -773,7 +780,7 @@ class GM(_StaleMomentum):
 @register_strategy("bucketing_gm")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BucketingGM(GM):
-    """:class:`GM` after bucketing with bucket size 2 (seed_000 §2.6)."""
+    """:class:`GM` after bucketing with bucket size 2 (unavailability spec §2.6)."""
 
     bucket_size: int = 2
     name: ClassVar[str] = "bucketing_gm"

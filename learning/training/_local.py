@@ -1,7 +1,7 @@
 """Local training: K local steps (or E epochs) from the global model, returning the update and statistics.
 
-One client update, for every algorithm of the papers (seed_000 Alg. FedAvg/FedProx, seed_001 eq. (2), seed_002
-eq. (8), seed_003 eq. (4), seed_004 Alg. 1)::
+One client update, for every algorithm of the papers (unavailability spec Alg. FedAvg/FedProx, mimic spec eq. (2), sself spec
+eq. (8), cmfl spec eq. (4), fedro spec Alg. 1)::
 
     z ← θ_t;  buf ← m_0 (or 0)
     for each of K minibatches ξ_k (drawn from a seeded torch.Generator):
@@ -11,8 +11,8 @@ eq. (8), seed_003 eq. (4), seed_004 Alg. 1)::
     return Δ = z − θ_t
 
 The update is a **delta in parameter units** with a plus sign: ``θ_{t+1} = θ_t + Σ_i w_i Δ_i`` is FedAvg
-(seed_004 Alg. 1 ``u = x_{t,K} − x_t``; seed_001's code sends ``w_t − w`` = ``−Δ``; divide by ``−η K`` for
-seed_001's gradient units). The FedProx momentum buffer includes the proximal term, as in seed_000 §2.2.
+(fedro spec Alg. 1 ``u = x_{t,K} − x_t``; mimic spec's code sends ``w_t − w`` = ``−Δ``; divide by ``−η K`` for
+mimic spec's gradient units). The FedProx momentum buffer includes the proximal term, as in unavailability spec §2.2.
 
 The hot path (the simulator runs it for every client of every round) uses a :class:`FlatParameters` binding:
 loading the global model is one ``copy_``, a step is one forward/backward plus a few fused vector operations, and
@@ -86,7 +86,7 @@ def resolve_device(name: str) -> torch.device:
 
 BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """``(x_batch, y_batch) -> (x', y')``: rewrites each minibatch before its step (a Byzantine client's per-batch data
-poisoning, e.g. :class:`learning.attacks.Backdoor` seed_002 §3.4: the first 20 of every batch of 64 triggered and
+poisoning, e.g. :class:`learning.attacks.Backdoor` sself spec §3.4: the first 20 of every batch of 64 triggered and
 relabelled). Must not modify its inputs (they may be views of the client's dataset)."""
 
 
@@ -97,27 +97,27 @@ class LocalTrainingConfig:
     Attributes
     ----------
     steps:
-        K local steps (seed_000 s; seed_003 τ; seed_004 K; W1: 10).
+        K local steps (unavailability spec s; cmfl spec τ; fedro spec K; W1: 10).
     epochs:
-        E passes over the local data, ``⌈n/B⌉`` steps each (``⌊n/B⌋`` with ``drop_last``) — seed_001/seed_002's
+        E passes over the local data, ``⌈n/B⌉`` steps each (``⌊n/B⌋`` with ``drop_last``) — mimic spec/sself spec's
         "local epochs".
     batch_size:
-        B; ``None`` = full batch (every step on the whole local dataset, no sampling; seed_000 Synthetic).
+        B; ``None`` = full batch (every step on the whole local dataset, no sampling; unavailability spec Synthetic).
     sampling:
-        ``"with_replacement"``: every batch is B uniform draws (seed_001 §6.1; W1 "seeded sampling");
+        ``"with_replacement"``: every batch is B uniform draws (mimic spec §6.1; W1 "seeded sampling");
         ``"shuffle"``: reshuffled passes without replacement (steps mode: consecutive batches over concatenated
         permutations); ``"sequential"``: fixed order from a cursor that the caller keeps across rounds
-        (seed_000 §4.3's persistent DataLoader iterator; see ``LocalResult.next_cursor``).
+        (unavailability spec §4.3's persistent DataLoader iterator; see ``LocalResult.next_cursor``).
     drop_last:
         Epoch mode: drop the last partial batch.
     momentum, nesterov:
-        ρ of momentum SGD (seed_000 Table 1: 0.9 for FedProx and the Byzantine runs); PyTorch convention. SGD
+        ρ of momentum SGD (unavailability spec Table 1: 0.9 for FedProx and the Byzantine runs); PyTorch convention. SGD
         only (a ConfigError with Adam/AdamW), and so is a ``momentum_buffer`` carried across rounds.
     weight_decay:
-        λ. SGD and Adam: ℓ2, added to the gradient (seed_004 App. C: ℓ2 1e-4; seed_003 §7.3: 1e-3 on all
+        λ. SGD and Adam: ℓ2, added to the gradient (fedro spec App. C: ℓ2 1e-4; cmfl spec §7.3: 1e-3 on all
         parameters here). AdamW: decoupled, ``z ← (1 − η λ) z`` before each step (Loshchilov & Hutter, 2019).
     prox_mu:
-        FedProx μ: adds ``μ (z − θ_t)`` (seed_000 §2.2 μ_0; seed_001 §2.5).
+        FedProx μ: adds ``μ (z − θ_t)`` (unavailability spec §2.2 μ_0; mimic spec §2.5).
     optimizer:
         ``"sgd"`` (the program of the module docstring), ``"adam"`` or ``"adamw"`` (``torch.optim.Adam`` /
         ``AdamW``'s arithmetic on the flat vector, no AMSGrad). Adam's moments and step count start fresh in
@@ -205,7 +205,7 @@ class LocalResult:
         Mean and last minibatch loss (the data term, before regularisers), at the iterate before each step.
     momentum_buffer:
         Final momentum buffer (None without momentum): pass it back for client momentum that persists across
-        rounds (seed_000 §2.4).
+        rounds (unavailability spec §2.4).
     next_cursor:
         ``"sequential"`` sampling: where the next round continues; otherwise 0.
     """
@@ -451,7 +451,7 @@ def train_local(
     momentum_buffer:
         Initial momentum buffer (default zeros); not modified. SGD only (a ConfigError with Adam/AdamW).
     gradient_correction:
-        Constant vector c added to every step's gradient (SCAFFOLD ``c − c_i``, seed_001 §2.6).
+        Constant vector c added to every step's gradient (SCAFFOLD ``c − c_i``, mimic spec §2.6).
     cursor:
         Start position for ``sampling="sequential"``.
     batch_transform:

@@ -1,6 +1,6 @@
 """The public-split evaluation of a process that is not in reproducible mode, in one that is.
 
-Sself's entropy filter and loss weighting (seed_002 eq. 4) score every update by a forward pass over the public
+Sself's entropy filter and loss weighting (sself spec eq. 4) score every update by a forward pass over the public
 split and numpy's ``exp``/``log``. Validators and the auditor re-execute those scores and compare the aggregate bit
 for bit, so they must be the same on every x86-64 CPU; by default they are not (PyTorch, MKL and numpy pick their
 kernels per CPU, ``learning.reproducible``). So a :class:`~learning.training.PublicScorer` in a process that is not

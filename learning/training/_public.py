@@ -1,16 +1,16 @@
 """The server's public-data evaluator for Sself: mean prediction entropy and mean loss of a model vector.
 
-seed_002 eq. (4) and §2.2::
+sself spec eq. (4) and §2.2::
 
     E_avg(w) = (1/n_pub) Σ_j E_{x_j}(w),   E_x(w) = − Σ_q P^{(q)}_x(w) · ln P^{(q)}_x(w)     (natural log, nats)
     F_pub(w) = (1/n_pub) Σ_j ℓ(w; x_j, y_j)                                                 (cross-entropy)
 
 :class:`PublicScorer` implements the :class:`learning.strategies.PublicEval` protocol (``scorer(model) ->
-(E_avg, F_pub)``) on the class-balanced public split the server holds (seed_002 §1.3; carve it with
+(E_avg, F_pub)``) on the class-balanced public split the server holds (sself spec §1.3; carve it with
 :func:`learning.data.split_public` / :func:`learning.data.with_public`, e.g. ``with_public(splits, seed=s,
 fraction=0.02)`` or ``size=50`` for the §6.1 reproduction: that helper already exists and is not duplicated here).
 
-Two entropy implementations (seed_002 §7.1, the paper discrepancy):
+Two entropy implementations (sself spec §7.1, the paper discrepancy):
 
 * ``"exact"`` (default): the logits are taken to float64 and the entropy is computed from the log-softmax,
   ``−Σ_q exp(l_q) · l_q`` with ``0 · log 0 = 0``. A sign-flipped ×10 model is *over-confident* (entropy ≈ 0), so
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 ENTROPY_IMPLS: tuple[str, ...] = ("exact", "naive_float32")
-"""The entropy implementations of seed_002 §7.1."""
+"""The entropy implementations of sself spec §7.1."""
 
 EntropyImpl = Literal["exact", "naive_float32"]
 
@@ -85,7 +85,7 @@ def log_softmax64(logits: np.ndarray) -> np.ndarray:
 
 
 def prediction_entropy(logits: np.ndarray, *, impl: str = "exact") -> np.ndarray:
-    """Per-sample Shannon entropy (nats) of ``softmax(logits)``, seed_002 eq. (4); shape ``(n,)`` float64.
+    """Per-sample Shannon entropy (nats) of ``softmax(logits)``, sself spec eq. (4); shape ``(n,)`` float64.
 
     Parameters
     ----------
@@ -93,7 +93,7 @@ def prediction_entropy(logits: np.ndarray, *, impl: str = "exact") -> np.ndarray
         ``(n, Q)`` model outputs.
     impl:
         ``"exact"``: from :func:`log_softmax64`, ``0 · log 0 = 0``; ``"naive_float32"``: ``p = softmax`` in
-        float32 and ``−Σ p ln p`` in float32 (NaN where a probability underflows to 0; seed_002 §7.1).
+        float32 and ``−Σ p ln p`` in float32 (NaN where a probability underflows to 0; sself spec §7.1).
 
     Examples
     --------
@@ -126,7 +126,7 @@ def _mean(values: np.ndarray) -> float:
 
 
 def public_scores(logits: np.ndarray, labels: np.ndarray, *, impl: str = "exact") -> tuple[float, float]:
-    """``(E_avg, F_pub)`` from the public set's logits ``(n, Q)`` and labels ``(n,)`` (seed_002 eq. 4, F_pub).
+    """``(E_avg, F_pub)`` from the public set's logits ``(n, Q)`` and labels ``(n,)`` (sself spec eq. 4, F_pub).
 
     ``F_pub`` is the mean cross-entropy from the float64 log-softmax in both modes.
     """
@@ -151,7 +151,7 @@ class MemoInfo:
 
 
 class PublicScorer:
-    """Deterministic :class:`~learning.strategies.PublicEval` on a public split (seed_002 eq. 4, §1.3, §7.1).
+    """Deterministic :class:`~learning.strategies.PublicEval` on a public split (sself spec eq. 4, §1.3, §7.1).
 
     Parameters
     ----------
@@ -160,7 +160,7 @@ class PublicScorer:
     public:
         The server's public dataset (moved to CPU float32).
     entropy_impl:
-        ``"exact"`` (default) or ``"naive_float32"`` (seed_002 §7.1); Sself records which one was used.
+        ``"exact"`` (default) or ``"naive_float32"`` (sself spec §7.1); Sself records which one was used.
     batch_size:
         Public samples per forward pass (fixed batches in the stored order).
     memo_size:

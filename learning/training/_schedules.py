@@ -6,16 +6,16 @@ and every auditor derives the same rate from the ledger height.
 ================ ===================================================== =============================================
 name             formula                                               source
 ================ ===================================================== =============================================
-``constant``     ``η_t = η_0``                                         seed_000 Table 1 (FedProx, GM, cclip, Synthetic)
-``inverse_sqrt`` ``η_t = η_0 / √(t + 1)``                              seed_000 Cor. 1 option 2, Table 1 (CIFAR)
-``exponential``  ``η_t = max(η_0 · γ^t, floor)``                       seed_001 §2.7 (γ = 0.95 FMNIST, 0.99 CIFAR)
-``step``         ``η_t = η_0 · factor^⌊t / every⌋``                    seed_002 §7 item 9 (×0.5 every P rounds)
-``piecewise``    ``η_t = values[i]`` for ``boundaries[i-1] ≤ t < boundaries[i]`` seed_004 §5 (FedRo table)
-``inverse_time`` ``η_t = θ / (t + γ)``                                 seed_000 Thm 3; seed_003 Thm 1 (μ = 1/θ)
+``constant``     ``η_t = η_0``                                         unavailability spec Table 1 (FedProx, GM, cclip, Synthetic)
+``inverse_sqrt`` ``η_t = η_0 / √(t + 1)``                              unavailability spec Cor. 1 option 2, Table 1 (CIFAR)
+``exponential``  ``η_t = max(η_0 · γ^t, floor)``                       mimic spec §2.7 (γ = 0.95 FMNIST, 0.99 CIFAR)
+``step``         ``η_t = η_0 · factor^⌊t / every⌋``                    sself spec §7 item 9 (×0.5 every P rounds)
+``piecewise``    ``η_t = values[i]`` for ``boundaries[i-1] ≤ t < boundaries[i]`` fedro spec §5 (FedRo table)
+``inverse_time`` ``η_t = θ / (t + γ)``                                 unavailability spec Thm 3; cmfl spec Thm 1 (μ = 1/θ)
 ================ ===================================================== =============================================
 
 :data:`FEDRO_FEMNIST` is the FedRo client table: 0.1 for t < 300, 0.02 for t < 400, 0.004 for t < 460, 0.0008
-after (the paper's last interval "400 ≤ T < 500" is a typo for 460 ≤ t < 500, seed_004 §7 item 12).
+after (the paper's last interval "400 ≤ T < 500" is a typo for 460 ≤ t < 500, fedro spec §7 item 12).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _check_lr(what: str, value: float) -> None:
 @register_schedule("constant")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConstantLR:
-    """``η_t = η_0`` (seed_000 Table 1: FedProx local program, GM/cclip, Synthetic(1,1); W1: 0.05)."""
+    """``η_t = η_0`` (unavailability spec Table 1: FedProx local program, GM/cclip, Synthetic(1,1); W1: 0.05)."""
 
     name: ClassVar[str]
     lr: float
@@ -115,7 +115,7 @@ class ConstantLR:
 @register_schedule("inverse_sqrt")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InverseSqrtLR:
-    """``η_t = η_0 / √(t + 1)`` — seed_000 Corollary 1 option 2 ("anytime"), used for FedAvg-type on CIFAR-10."""
+    """``η_t = η_0 / √(t + 1)`` — unavailability spec Corollary 1 option 2 ("anytime"), used for FedAvg-type on CIFAR-10."""
 
     name: ClassVar[str]
     lr0: float
@@ -131,7 +131,7 @@ class InverseSqrtLR:
 @register_schedule("exponential")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExponentialLR:
-    """``η_t = max(η_0 · γ^t, floor)`` with t from 0 — seed_001 §2.7 (code: ``max(lr·decay^t, 1e-5)``).
+    """``η_t = max(η_0 · γ^t, floor)`` with t from 0 — mimic spec §2.7 (code: ``max(lr·decay^t, 1e-5)``).
 
     The paper's ``0.01 × γ^{t−1}`` counts t from 1; both give η_0 in the first round.
     """
@@ -156,7 +156,7 @@ class ExponentialLR:
 @register_schedule("step")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepLR:
-    """``η_t = η_0 · factor^⌊t / every⌋`` — step decay (seed_002 §2.4/§7 item 9: [DEFAULT] ×0.5 every P rounds)."""
+    """``η_t = η_0 · factor^⌊t / every⌋`` — step decay (sself spec §2.4/§7 item 9: [DEFAULT] ×0.5 every P rounds)."""
 
     name: ClassVar[str]
     lr0: float
@@ -179,7 +179,7 @@ class StepLR:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PiecewiseLR:
     """Piecewise-constant: ``values[0]`` for ``t < boundaries[0]``, ``values[i]`` for
-    ``boundaries[i-1] ≤ t < boundaries[i]``, ``values[-1]`` after the last boundary (seed_004 §5, FedRo table).
+    ``boundaries[i-1] ≤ t < boundaries[i]``, ``values[-1]`` after the last boundary (fedro spec §5, FedRo table).
     """
 
     name: ClassVar[str]
@@ -208,7 +208,7 @@ class PiecewiseLR:
 @register_schedule("inverse_time")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InverseTimeLR:
-    """``η_t = θ / (t + γ)`` — seed_000 Theorem 3 (strongly convex; θ̄ there), seed_003 Theorem 1 (θ = 1/μ,
+    """``η_t = θ / (t + γ)`` — unavailability spec Theorem 3 (strongly convex; θ̄ there), cmfl spec Theorem 1 (θ = 1/μ,
     γ = 4L/μ)."""
 
     name: ClassVar[str]
@@ -225,4 +225,4 @@ class InverseTimeLR:
 
 
 FEDRO_FEMNIST = PiecewiseLR(boundaries=(300, 400, 460), values=(0.1, 0.02, 0.004, 0.0008))
-"""seed_004 §5: the FedRo client learning-rate table (Tables 1, 3, 4), each step ×0.2."""
+"""fedro spec §5: the FedRo client learning-rate table (Tables 1, 3, 4), each step ×0.2."""

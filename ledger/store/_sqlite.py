@@ -101,7 +101,7 @@ def _row_fault(height: int, data: bytes, h: bytes, prev: bytes) -> tuple[Block |
     """``(block, None)`` if the stored bytes decode to a block of ``height`` that its index columns describe,
     else ``(block or None, why)``."""
     try:
-        block = Block.decode(data)  # type: ignore[attr-defined]
+        block = Block.decode(data)
     except LedgerError as e:
         return None, f"the stored block does not decode: {e}"
     if block.header.height != height:
@@ -228,7 +228,7 @@ class SqliteBlockStore:
                 [
                     ("schema_version", str(SCHEMA_VERSION).encode()),
                     ("chain_id", genesis.chain_id.encode()),
-                    ("genesis", genesis.encode()),  # type: ignore[attr-defined]
+                    ("genesis", genesis.encode()),
                     ("genesis_hash", genesis.hash()),
                 ],
             )
@@ -285,7 +285,7 @@ class SqliteBlockStore:
             if "genesis" not in meta:
                 raise CorruptStoreError(p, "the stored genesis is missing", 0)
             try:
-                genesis = Genesis.decode(meta["genesis"])  # type: ignore[attr-defined]
+                genesis = Genesis.decode(meta["genesis"])
             except LedgerError as e:
                 raise CorruptStoreError(p, f"the stored genesis is corrupt: {e}", 0) from None
             if meta.get("genesis_hash") != genesis.hash():
@@ -389,7 +389,7 @@ class SqliteBlockStore:
         for block in blocks:
             check_append(height, head, block)
             height, head = block.header.height, block.hash()
-            rows.append((height, head, block.header.prev_hash, block.encode()))  # type: ignore[attr-defined]
+            rows.append((height, head, block.header.prev_hash, block.encode()))
         if not rows:
             return
         conn = self._db()
@@ -422,7 +422,7 @@ class SqliteBlockStore:
         return bytes(row[0])
 
     def get(self, height: int) -> Block:
-        return Block.decode(self.get_raw(height))  # type: ignore[attr-defined]
+        return Block.decode(self.get_raw(height))
 
     def get_checked(self, height: int) -> Block:
         """Block ``height``, its bytes checked against the index columns (a view's read; audits use

@@ -203,28 +203,80 @@ def create_app(
     whose ``/status`` and ``/metrics`` to serve. ``allowed_hosts``: the Host headers accepted (DNS rebinding);
     None accepts any.
     """
-    ledger_path = Path(ledger)
-    templates = _templates()
-    static = {name: ((HERE / "static" / name).read_bytes(), mt) for name, mt in STATIC.items()}
-    job = AuditJob(
-        lambda **kw: audit_ledger(ledger_path, trusted_genesis=trusted_genesis, public_for=public_for, app=app, **kw)
-    )
-    nav = {"node": node is not None}
+    site = _Explorer(Path(ledger), results=results, trusted_genesis=trusted_genesis, public_for=public_for, node=node,
+                     app=app)
+    middleware = [Middleware(_SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
+    return Starlette(routes=site.routes(), middleware=middleware)
 
-    def results_dir() -> Path | None:
+
+class _Explorer:
+    """The endpoints of :func:`create_app` over one ledger: pages, the JSON API, the audit and a running node's."""
+
+    def __init__(
+        self,
+        ledger_path: Path,
+        *,
+        results: str | os.PathLike[str] | None,
+        trusted_genesis: str | os.PathLike[str] | None,
+        public_for: Callable[[Path], Any] | None,
+        node: NodeProbe | None,
+        app: str | os.PathLike[str] | None,
+    ) -> None:
+        self.ledger_path = ledger_path
+        self.results = results
+        self.trusted_genesis = trusted_genesis
+        self.node = node
+        self.templates = _templates()
+        self.static = {name: ((HERE / "static" / name).read_bytes(), mt) for name, mt in STATIC.items()}
+        self.job = AuditJob(
+            lambda **kw: audit_ledger(ledger_path, trusted_genesis=trusted_genesis, public_for=public_for, app=app, **kw)
+        )
+        self.nav = {"node": node is not None}
+
+    def routes(self) -> list[Route]:
+        view = self.view
+        routes = [
+            Route("/", view(self.overview_page)),
+            Route("/blocks", view(self.blocks_page)),
+            Route("/blocks/{height}", view(self.one_block)),
+            Route("/members/{peer}", view(self.one_member)),
+            Route("/audit", self.audit_page),
+            Route("/static/{name}", self.static_file),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+            Route("/api/overview", view(self.api_overview, api=True)),
+            Route("/api/genesis", view(self.api_genesis, api=True)),
+            Route("/api/blocks", view(self.api_blocks, api=True)),
+            Route("/api/blocks/{height}", view(self.api_block, api=True)),
+            Route("/api/blocks/{height}/summary", view(self.api_block_summary, api=True)),
+            Route("/api/blocks/{height}/page", view(self.api_block_page, api=True)),
+            Route("/api/export", view(self.api_export, api=True)),
+            Route("/api/members/{peer}", view(self.api_member, api=True)),
+            Route("/api/proof/{height}/{peer}", view(self.api_proof, api=True)),
+            Route("/api/audit", self.api_audit, methods=["GET"]),
+            Route("/api/audit", self.api_audit_start, methods=["POST"]),
+        ]
+        if self.node is not None:
+            routes += [Route("/status", self.node_status), Route("/metrics", self.node_metrics)]
+        return routes
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def results_dir(self) -> Path | None:
         try:
-            return results_dir_for(ledger_path, results)
+            return results_dir_for(self.ledger_path, self.results)
         except StoreError:
             return None
 
-    def open_store() -> SqliteBlockStore:
-        store, _ = open_ledger(ledger_path, readonly=True, check_index=False)
+    def open_store(self) -> SqliteBlockStore:
+        store, _ = open_ledger(self.ledger_path, readonly=True, check_index=False)
         return store
 
-    def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        return templates.TemplateResponse(request, name, {"nav": nav, **context}, status_code=status)
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        return self.templates.TemplateResponse(request, name, {"nav": self.nav, **context}, status_code=status)
 
-    def failure(request: Request, e: Exception, *, api: bool) -> Response:
+    def failure(self, request: Request, e: Exception, *, api: bool) -> Response:
         if isinstance(e, CorruptStoreError):
             status, title, text = 422, "This ledger is invalid", e.verdict()
         elif isinstance(e, StoreError):
@@ -235,59 +287,68 @@ def create_app(
             status, title, text = 400, "Bad request", str(e)
         if api:
             return JSONResponse({"error": text}, status_code=status)
-        return page(request, "error.html", status, title=title, text=text)
+        return self.page(request, "error.html", status, title=title, text=text)
 
-    def view(render: Callable[[Request, SqliteBlockStore], Response], *, api: bool = False) -> Callable[[Request], Response]:
+    def view(self, render: Callable[[Request, SqliteBlockStore], Response], *, api: bool = False) -> Callable[[Request], Response]:
         """A sync endpoint (Starlette runs it in a worker thread): open the ledger, render, close it."""
 
         def endpoint(request: Request) -> Response:
             try:
-                store = open_store()
+                store = self.open_store()
             except StoreError as e:
-                return failure(request, e, api=api)
+                return self.failure(request, e, api=api)
             try:
                 with store:
                     return render(request, store)
             except (StoreError, _NotFound, _BadRequest) as e:
-                return failure(request, e, api=api)
+                return self.failure(request, e, api=api)
 
         return endpoint
 
     # --- pages ----------------------------------------------------------------------------------
 
-    def overview_page(request: Request, store: SqliteBlockStore) -> Response:
-        ov = overview(store, results_dir())
+    def overview_page(self, request: Request, store: SqliteBlockStore) -> Response:
+        ov = overview(store, self.results_dir())
         recent = block_rows(store, before=None, limit=10)
-        return page(request, "overview.html", ov=ov, recent=recent, names=_names(ov), trusted=trusted_genesis is not None,
-                    rejected_share=MOSTLY_REJECTED_SHARE, rejected_min=MOSTLY_REJECTED_MIN_ROUNDS)
+        return self.page(request, "overview.html", ov=ov, recent=recent, names=_names(ov),
+                         trusted=self.trusted_genesis is not None, rejected_share=MOSTLY_REJECTED_SHARE,
+                         rejected_min=MOSTLY_REJECTED_MIN_ROUNDS)
 
-    def blocks_page(request: Request, store: SqliteBlockStore) -> Response:
+    def blocks_page(self, request: Request, store: SqliteBlockStore) -> Response:
         before, limit = _page_args(request)
         rows = block_rows(store, before=before, limit=limit)
-        return page(request, "blocks.html", page=rows, limit=limit, names=_member_names(store), chain_id=store.genesis().chain_id)
+        return self.page(request, "blocks.html", page=rows, limit=limit, names=_member_names(store),
+                         chain_id=store.genesis().chain_id)
 
-    def one_block(request: Request, store: SqliteBlockStore) -> Response:
+    def one_block(self, request: Request, store: SqliteBlockStore) -> Response:
         b = block_page(store, _height(request, store))
-        return page(request, "block.html", b=b, names=_member_names(store), chain_id=store.genesis().chain_id)
+        return self.page(request, "block.html", b=b, names=_member_names(store), chain_id=store.genesis().chain_id)
 
-    def one_member(request: Request, store: SqliteBlockStore) -> Response:
+    def one_member(self, request: Request, store: SqliteBlockStore) -> Response:
         m = _member(request, store)
-        return page(request, "member.html", m=m, names=_member_names(store), chain_id=store.genesis().chain_id)
+        return self.page(request, "member.html", m=m, names=_member_names(store), chain_id=store.genesis().chain_id)
 
-    def audit_page(request: Request) -> Response:
-        return page(request, "audit.html", ledger=str(ledger_path), trusted=trusted_genesis is not None)
+    def audit_page(self, request: Request) -> Response:
+        return self.page(request, "audit.html", ledger=str(self.ledger_path), trusted=self.trusted_genesis is not None)
+
+    def static_file(self, request: Request) -> Response:
+        entry = self.static.get(request.path_params["name"])
+        if entry is None:
+            return PlainTextResponse("not found", status_code=404)
+        data, media_type = entry
+        return Response(data, media_type=media_type, headers={"cache-control": "max-age=3600"})
 
     # --- API ------------------------------------------------------------------------------------
 
-    def api_overview(request: Request, store: SqliteBlockStore) -> Response:
-        ov = overview(store, results_dir())
+    def api_overview(self, request: Request, store: SqliteBlockStore) -> Response:
+        ov = overview(store, self.results_dir())
         ov["genesis"] = genesis_document(store.genesis())
         return JSONResponse(ov)
 
-    def api_genesis(request: Request, store: SqliteBlockStore) -> Response:
+    def api_genesis(self, request: Request, store: SqliteBlockStore) -> Response:
         return JSONResponse(genesis_document(store.genesis()))
 
-    def api_blocks(request: Request, store: SqliteBlockStore) -> Response:
+    def api_blocks(self, request: Request, store: SqliteBlockStore) -> Response:
         before, limit = _page_args(request)
         rows = block_rows(store, before=before, limit=limit)
         blocks = []
@@ -296,26 +357,26 @@ def create_app(
             blocks.append(export_block(store.get_raw(h), store.get_checked(h)))
         return JSONResponse({"height": rows["height"], "blocks": blocks, "older": rows["older"], "newer": rows["newer"]})
 
-    def api_block(request: Request, store: SqliteBlockStore) -> Response:
+    def api_block(self, request: Request, store: SqliteBlockStore) -> Response:
         h = _height(request, store)
         return JSONResponse(export_block(store.get_raw(h), store.get_checked(h)))
 
-    def api_block_summary(request: Request, store: SqliteBlockStore) -> Response:
+    def api_block_summary(self, request: Request, store: SqliteBlockStore) -> Response:
         return JSONResponse(block_summary(store.get_checked(_height(request, store))))
 
-    def api_block_page(request: Request, store: SqliteBlockStore) -> Response:
+    def api_block_page(self, request: Request, store: SqliteBlockStore) -> Response:
         return JSONResponse(block_page(store, _height(request, store)))
 
-    def api_export(request: Request, store: SqliteBlockStore) -> Response:
+    def api_export(self, request: Request, store: SqliteBlockStore) -> Response:
         doc = export_document(store)
         if store.warning:
             doc["warning"] = store.warning
         return JSONResponse(doc)
 
-    def api_member(request: Request, store: SqliteBlockStore) -> Response:
+    def api_member(self, request: Request, store: SqliteBlockStore) -> Response:
         return JSONResponse(_member(request, store))
 
-    def api_proof(request: Request, store: SqliteBlockStore) -> Response:
+    def api_proof(self, request: Request, store: SqliteBlockStore) -> Response:
         h = _height(request, store)
         peer = request.path_params["peer"]
         g = store.genesis()
@@ -335,58 +396,24 @@ def create_app(
             headers={"content-disposition": f'attachment; filename="proof-{h}-{peer[-8:]}.json"'},
         )
 
-    def api_audit(request: Request) -> Response:
-        return JSONResponse(job.snapshot())
+    def api_audit(self, request: Request) -> Response:
+        return JSONResponse(self.job.snapshot())
 
-    async def api_audit_start(request: Request) -> Response:
+    async def api_audit_start(self, request: Request) -> Response:
         if request.headers.get(AUDIT_HEADER) != "1":
             return JSONResponse({"error": f"POST /api/audit needs the header {AUDIT_HEADER}: 1"}, status_code=403)
-        started = job.start()
-        return JSONResponse({"started": started, **job.snapshot()}, status_code=202 if started else 409)
+        started = self.job.start()
+        return JSONResponse({"started": started, **self.job.snapshot()}, status_code=202 if started else 409)
 
     # --- a running node -------------------------------------------------------------------------
 
-    async def node_status(request: Request) -> Response:
-        assert node is not None
-        return JSONResponse(node.status())
+    async def node_status(self, request: Request) -> Response:
+        assert self.node is not None
+        return JSONResponse(self.node.status())
 
-    async def node_metrics(request: Request) -> Response:
-        assert node is not None
-        return PlainTextResponse(prometheus_text(node.metrics()), media_type=CONTENT_TYPE)
-
-    def static_file(request: Request) -> Response:
-        entry = static.get(request.path_params["name"])
-        if entry is None:
-            return PlainTextResponse("not found", status_code=404)
-        data, media_type = entry
-        return Response(data, media_type=media_type, headers={"cache-control": "max-age=3600"})
-
-    routes = [
-        Route("/", view(overview_page)),
-        Route("/blocks", view(blocks_page)),
-        Route("/blocks/{height}", view(one_block)),
-        Route("/members/{peer}", view(one_member)),
-        Route("/audit", audit_page),
-        Route("/static/{name}", static_file),
-        Route("/favicon.ico", lambda request: Response(status_code=204)),
-        Route("/api/overview", view(api_overview, api=True)),
-        Route("/api/genesis", view(api_genesis, api=True)),
-        Route("/api/blocks", view(api_blocks, api=True)),
-        Route("/api/blocks/{height}", view(api_block, api=True)),
-        Route("/api/blocks/{height}/summary", view(api_block_summary, api=True)),
-        Route("/api/blocks/{height}/page", view(api_block_page, api=True)),
-        Route("/api/export", view(api_export, api=True)),
-        Route("/api/members/{peer}", view(api_member, api=True)),
-        Route("/api/proof/{height}/{peer}", view(api_proof, api=True)),
-        Route("/api/audit", api_audit, methods=["GET"]),
-        Route("/api/audit", api_audit_start, methods=["POST"]),
-    ]
-    if node is not None:
-        routes += [Route("/status", node_status), Route("/metrics", node_metrics)]
-    middleware = [Middleware(_SecurityHeaders)]
-    if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts))
-    return Starlette(routes=routes, middleware=middleware)
+    async def node_metrics(self, request: Request) -> Response:
+        assert self.node is not None
+        return PlainTextResponse(prometheus_text(self.node.metrics()), media_type=CONTENT_TYPE)
 
 
 class _NotFound(Exception):

@@ -75,7 +75,7 @@ OUTLIER_DISTANCE_FACTOR = 10.0
 its block's rows (the round's median). A client is marked when the median of its own distances over the rows is, so
 that one member's lying row does not mark every client it scored (that row's cells are marked).
 ``benchmarks/scored_blobs.py``: in the quickstart's 30 rounds (digits, iid) honest clients' distances are at most 2.18
-times their round's median, the two model-negating clients' at least 1,830 times; in seed003_cmfl's (label skew,
+times their round's median, the two model-negating clients' at least 1,830 times; in cmfl's (label skew,
 Dirichlet 0.1) honest clients reach 9.70 times in 20 rounds and 8.12 in 100: very heterogeneous data brings honest
 clients near the mark. A mark is a place to look, not a verdict."""
 MOSTLY_REJECTED_SHARE = 0.5
@@ -85,7 +85,7 @@ MOSTLY_REJECTED_MIN_ROUNDS = 3
 """... and it trained in at least this many rounds of the heights looked at (one rejection in one round is no
 pattern). How many honest members that marks depends on the share every round rejects (shown beside the marks):
 ``benchmarks/scored_blobs.py`` on the quickstart (8 of 12 accepted: a third rejected), 30 rounds, marks both
-Byzantine clients (24 of 24 rounds rejected) and two honest ones (13 of 20, 12 of 18); on seed003_cmfl (7 of 18
+Byzantine clients (24 of 24 rounds rejected) and two honest ones (13 of 20, 12 of 18); on cmfl (7 of 18
 accepted) most members that trained three times or more."""
 OVERVIEW_WINDOW = 200
 """Blocks the overview's members table looks at for its *mostly rejected* marks (the most recent ones; a member's
@@ -139,7 +139,7 @@ def export_document(store: SqliteBlockStore) -> dict[str, Any]:
         "format": EXPORT_FORMAT,
         "note": "bytes are hex; this is a view, the canonical bytes are in the ledger",
         "genesis_hash": g.hash().hex(),
-        "genesis": to_json_value(g.to_value()),  # type: ignore[attr-defined]
+        "genesis": to_json_value(g.to_value()),
         "blocks": [export_block(raw, b) for _h, raw, b in store.iter_checked()],
     }
 
@@ -159,7 +159,7 @@ def proof_document(proof: InclusionProof) -> dict[str, Any]:
             "leaf": proof.index,
             "leaves": proof.tree_size,
         },
-        "proof": proof.encode().hex(),  # type: ignore[attr-defined]
+        "proof": proof.encode().hex(),
     }
 
 
@@ -176,7 +176,7 @@ class AuditOutcome:
 
     ``status``: ``"ok"`` (every check passed, every round re-executed unless the caller asked for no re-execution),
     ``"not_reexecuted"`` (the chain is valid but its rounds could not be re-executed here: ``line`` names why; never
-    an OK, issue 32 item 3) or ``"fail"``. ``ok`` is ``status == "ok"``."""
+    an OK: the audit did not check what the rounds computed) or ``"fail"``. ``ok`` is ``status == "ok"``."""
 
     ok: bool
     line: str
@@ -266,7 +266,7 @@ def audit_ledger(
     elif report.ok and rx is None and reexec == "no":
         note = " (rounds not re-executed: --reexec no)"
     elif report.ok and rx is None:
-        # never an OK: the audit did not check what the rounds computed (issue 32 item 3)
+        # never an OK: the audit did not check what the rounds computed
         status = "not_reexecuted"
         line = "NOT RE-EXECUTED: " + line.removeprefix("OK: ")
         note = f"; its rounds were not re-executed: {why}"
@@ -409,7 +409,8 @@ def _selection(block: Block, mode: str) -> dict[str, list[str]]:
 
 def _attempt_committee(committee: Sequence[str], g: Genesis, genesis_hash: bytes, height: int, view: int) -> tuple[str, ...]:
     """The committee of ``view`` at ``height``: the one the previous block named (``committee``) in committee attempt 0,
-    else the one re-drawn for the attempt (``ledger.redrawn_committee``; issue 31 item 2)."""
+    else the one re-drawn for the attempt (``ledger.redrawn_committee``: a committee that cannot reach quorum does not
+    stall the chain)."""
     a = attempt_of(view)
     return tuple(sorted(committee)) if a == 0 else redrawn_committee(g, height, a, genesis_hash=genesis_hash)
 
@@ -589,7 +590,7 @@ def member_page(store: SqliteBlockStore, peer: str, *, to: int | None = None, wi
             if peer in sel[key]:
                 counts[key] += 1
                 r.roles.append(key if not (key == "accepted" and stale) else f"accepted (update of round {stale[0]})")
-        if peer in _attempt_committee(committee, g, genesis_hash, h, b.certificate.view):  # (re-drawn: issue 31)
+        if peer in _attempt_committee(committee, g, genesis_hash, h, b.certificate.view):  # (or re-drawn)
             counts["committee"] += 1
             r.roles.append("committee" + (", signed" if peer in {s.signer for s in b.certificate.signatures} else ""))
         if b.header.proposer == peer:

@@ -78,7 +78,7 @@ def prometheus_text(m: Mapping[str, Any]) -> str:
     t.metric("concilium_training_seconds_total", "counter", "Wall seconds spent in local training jobs.",
              [({}, float(m.get("train_seconds", 0.0)))])
     local = m.get("local_eval")
-    if isinstance(local, Mapping):  # this member's own validation split (issue 33 item 6)
+    if isinstance(local, Mapping):  # this member's own validation split
         t.metric("concilium_local_accuracy", "gauge",
                  "Accuracy of the last committed model on this node's own validation split.",
                  [({"height": local.get("height", 0)}, float(local.get("accuracy", 0.0)))])

@@ -15,9 +15,17 @@ server restarted, the connection dropped) can continue from another peer, no fra
 ``CHUNK_BYTES`` (the reader's cap is small, a slow or silent server is caught by the deadline of one chunk,
 not of the whole blob), and a server never encodes a whole large blob into one message.
 
-A server builds a chunk's frame with :func:`encode_chunk`, the bytes of ``BlobChunk.encode()`` with the piece
-of the blob copied once, straight into the frame (``BlobChunk`` would need that piece as ``bytes`` of its own,
-and msgpack copies it again).
+A server writes a chunk's frame in three parts around the piece of the blob, :func:`chunk_frame`'s head and tail,
+without copying the piece into a frame (``BlobChunk`` would need that piece as ``bytes`` of its own, and msgpack
+would copy it again; the muxer slices the piece into its frames in any case). An asker decodes only the first answer (it tells the total); it knows every byte of a
+later answer but the data (:func:`chunk_frame`), so it reads the data straight into the blob's buffer and compares
+the rest, and it hashes the whole blob once, in a worker thread, at the end.
+
+Why 4 MiB chunks: each chunk costs a request, a response header and a wake-up on both sides, about 0.7 ms of CPU
+on this 2-core machine (a 50 MB fetch, both ends in one process: 400 ms of CPU with 256 KiB chunks, 290 with
+1 MiB, 260 with 4 MiB, no less with 8 or 16 MiB), and the asker never holds a chunk apart from the blob, so a
+larger chunk costs no memory; at 4 requests in flight, 16 MiB are on their way, more than a 1 Gbit link with
+100 ms of round trip holds.
 """
 
 from __future__ import annotations
@@ -25,13 +33,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ledger import Budget, record
-from node.runtime._frames import encode_header
+from ledger import Budget, Record, record
 
 __all__ = ["CHUNK_BUDGET", "CHUNK_BYTES", "REQUEST_BUDGET", "REQUEST_FRAME_MAX", "RESPONSE_FRAME_MAX", "WINDOW",
-           "BlobChunk", "BlobRequest", "encode_chunk"]  # fmt: skip
+           "BlobChunk", "BlobRequest", "chunk_frame"]  # fmt: skip
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 """Bytes per chunk (and the most a request may ask for)."""
 WINDOW = 4
 """Requests in flight per fetch stream: the server always has the next chunk to send."""
@@ -49,7 +56,7 @@ _TOTAL_MAX = (1 << 32) - 1
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BlobRequest:
+class BlobRequest(Record):
     """Asks for ``length`` bytes of the blob ``digest`` from ``offset`` on."""
 
     digest: bytes
@@ -67,7 +74,7 @@ class BlobRequest:
 
 @record
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BlobChunk:
+class BlobChunk(Record):
     """The answer to a :class:`BlobRequest`: ``total = 0`` and no data when the server does not hold the blob."""
 
     digest: bytes
@@ -92,18 +99,17 @@ _EMPTY_DATA = b"\x84\xa4data\xc4\x00"
 """How ``BlobChunk.encode()`` begins when ``data`` is empty: a map of 4 fields, keys sorted, ``data`` first."""
 
 
-def encode_chunk(*, digest: bytes, offset: int, total: int, data: memoryview, framed: bool = False) -> bytes:
-    """``BlobChunk(digest=digest, offset=offset, total=total, data=bytes(data)).encode()``, with ``data`` (a view
-    of the blob, not empty) copied once, straight into the result; ``framed``: after its 4-byte frame header.
-    The same checks as ``BlobChunk`` apply, and the bytes are its encoding (tested)."""
-    template = BlobChunk(digest=digest, offset=offset, total=total, data=b"").encode()  # type: ignore[attr-defined]
+def chunk_frame(*, digest: bytes, offset: int, total: int, size: int) -> tuple[bytes, bytes]:
+    """``(head, tail)``: ``BlobChunk(digest=digest, offset=offset, total=total, data=d).encode()`` is
+    ``head + d + tail`` for every ``d`` of ``size`` bytes (1 to :data:`CHUNK_BYTES`, ending within the blob). A
+    canonical encoding is unique, so an asker that knows what it asked for knows every byte of the answer but the
+    data, and checks them by comparison instead of decoding (:meth:`node.runtime._transport.Transport.fetch`)."""
+    template = BlobChunk(digest=digest, offset=offset, total=total, data=b"").encode()
     if not template.startswith(_EMPTY_DATA):
-        raise AssertionError("BlobChunk's encoding changed; encode_chunk must follow it")
-    n = len(data)
-    if not 0 < n <= CHUNK_BYTES or offset + n > total:
+        raise AssertionError("BlobChunk's encoding changed; chunk_frame must follow it")
+    if not 0 < size <= CHUNK_BYTES or offset + size > total:
         raise ValueError(f"a chunk holds 1 to {CHUNK_BYTES} bytes and ends within the blob")
-    bin_header = struct.pack(">BB", 0xC4, n) if n <= 0xFF else struct.pack(">BH", 0xC5, n) if n <= 0xFFFF else None
-    head = _EMPTY_DATA[:-2] + (bin_header or struct.pack(">BI", 0xC6, n))  # msgpack bin 8, 16 or 32
-    tail = template[len(_EMPTY_DATA) :]
-    header = encode_header(len(head) + n + len(tail)) if framed else b""
-    return b"".join((header, head, data, tail))
+    bin_header = (struct.pack(">BB", 0xC4, size) if size <= 0xFF else struct.pack(">BH", 0xC5, size)
+                  if size <= 0xFFFF else struct.pack(">BI", 0xC6, size))  # msgpack bin 8, 16 or 32  # fmt: skip
+    return _EMPTY_DATA[:-2] + bin_header, template[len(_EMPTY_DATA) :]
+

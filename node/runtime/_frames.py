@@ -19,7 +19,8 @@ from typing import Protocol
 import trio
 from libp2p.exceptions import BaseLibp2pError
 
-__all__ = ["HEADER_BYTES", "LENGTH_MAX", "FrameError", "FrameStream", "blank_buffer", "encode_header", "read_frame"]
+__all__ = ["HEADER_BYTES", "LENGTH_MAX", "FrameError", "FrameStream", "blank_buffer", "encode_header", "read_frame",
+           "read_frame_into"]
 
 HEADER_BYTES = 4
 LENGTH_MAX = (1 << 32) - 1
@@ -104,6 +105,18 @@ def _advise_huge(blank: bytes) -> None:
 _BYTES_HEADER = sys.getsizeof(b"") - 1  # offset of a bytes object's data from its address (its trailing NUL aside)
 
 
+async def _read_piece(stream: FrameStream, remaining: int, received: int) -> bytes:
+    """The next 1 to ``remaining`` bytes of ``stream``; :class:`_EndOfStream` (after ``received`` bytes of the
+    current read) when it ends instead."""
+    try:
+        piece = await stream.read(remaining)
+    except _STREAM_ENDED as exc:  # StreamEOF, StreamReset, StreamError, connection closed: all "ended"
+        raise _EndOfStream(received) from exc
+    if not piece or len(piece) > remaining:  # (more than asked: never seen; it must not desynchronise the framing)
+        raise _EndOfStream(received)
+    return piece
+
+
 async def _read_exactly(stream: FrameStream, n: int) -> bytes:
     """``n`` bytes. They come in many chunks: up to :data:`JOIN_MAX` the chunks are joined (one copy); above it each is
     copied into a :func:`blank_buffer` as it comes, so a large frame is held once, never twice (chunks and join)."""
@@ -111,14 +124,7 @@ async def _read_exactly(stream: FrameStream, n: int) -> bytes:
     buf: io.BytesIO | None = None
     remaining = n
     while remaining:
-        try:
-            chunk = await stream.read(remaining)
-        except _STREAM_ENDED as exc:  # StreamEOF, StreamReset, StreamError, connection closed: all "ended"
-            raise _EndOfStream(n - remaining) from exc
-        if not chunk:
-            raise _EndOfStream(n - remaining)
-        if len(chunk) > remaining:  # never seen; a library change must not desynchronise the framing
-            raise _EndOfStream(n - remaining)
+        chunk = await _read_piece(stream, remaining, n - remaining)
         if len(chunk) == n:
             return chunk
         if n <= JOIN_MAX:
@@ -129,6 +135,21 @@ async def _read_exactly(stream: FrameStream, n: int) -> bytes:
             buf.write(chunk)
         remaining -= len(chunk)
     return buf.getvalue() if buf is not None else b"".join(chunks)
+
+
+async def _read_size(stream: FrameStream, header_timeout_s: float) -> int | None:
+    """A frame's announced size, under the idle timeout; ``None`` when the stream ended cleanly before it."""
+    with trio.move_on_after(header_timeout_s) as header_scope:
+        try:
+            header = await _read_exactly(stream, HEADER_BYTES)
+        except _EndOfStream as end:
+            if end.received == 0:
+                return None
+            raise FrameError("truncated", f"header cut after {end.received} bytes") from None
+    if header_scope.cancelled_caught:
+        raise FrameError("header_timeout", f"no frame header within {header_timeout_s:g} s")
+    (size,) = _HEADER.unpack(header)
+    return size
 
 
 async def read_frame(
@@ -147,16 +168,9 @@ async def read_frame(
     frame, before the payload is read), a stream that ends mid-frame, no header within
     ``header_timeout_s``, or a payload slower than its deadline.
     """
-    with trio.move_on_after(header_timeout_s) as header_scope:
-        try:
-            header = await _read_exactly(stream, HEADER_BYTES)
-        except _EndOfStream as end:
-            if end.received == 0:
-                return None
-            raise FrameError("truncated", f"header cut after {end.received} bytes") from None
-    if header_scope.cancelled_caught:
-        raise FrameError("header_timeout", f"no frame header within {header_timeout_s:g} s")
-    (size,) = _HEADER.unpack(header)
+    size = await _read_size(stream, header_timeout_s)
+    if size is None:
+        return None
     if size > frame_max:
         raise FrameError("oversized", f"{size} bytes announced, cap {frame_max}")
     if size == 0:
@@ -169,4 +183,46 @@ async def read_frame(
             return await _read_exactly(stream, size)
         except _EndOfStream as end:
             raise FrameError("truncated", f"payload cut after {end.received} of {size} bytes") from None
+    raise FrameError("payload_timeout", f"{size} bytes not read within {deadline_s:.1f} s")
+
+
+async def read_frame_into(
+    stream: FrameStream,
+    write: Callable[[bytes], object],
+    *,
+    head: bytes,
+    body_size: int,
+    tail: bytes,
+    header_timeout_s: float,
+    read_base_s: float,
+    read_bytes_per_s_min: int,
+) -> None:
+    """Read one frame whose payload must be ``head``, then ``body_size`` bytes, then ``tail``: a frame the reader
+    could write itself but for its body (a fetched chunk: :func:`node.runtime._fetch.chunk_frame`). The body goes to
+    ``write`` piece by piece as it arrives, not copied into a frame first nor decoded; ``head``, ``tail`` and the
+    announced size are checked by comparison. Raises :class:`FrameError` as :func:`read_frame` does, and
+    ``"malformed"`` for a size, head or tail other than expected; the end of the stream before the frame is
+    ``"truncated"`` too. ``write`` may have been given pieces of the body when the tail turns out wrong: the caller
+    discards what it wrote when this raises."""
+    size = len(head) + body_size + len(tail)
+    announced = await _read_size(stream, header_timeout_s)
+    if announced is None:
+        raise FrameError("truncated", "the stream ended before the frame")
+    if announced != size:
+        raise FrameError("malformed", f"{announced} bytes announced, {size} expected")
+    deadline_s = read_base_s + size / read_bytes_per_s_min
+    with trio.move_on_after(deadline_s):
+        try:
+            if await _read_exactly(stream, len(head)) != head:
+                raise FrameError("malformed", "a frame that begins other than expected")
+            remaining = body_size
+            while remaining:
+                piece = await _read_piece(stream, remaining, size - len(tail) - remaining)
+                write(piece)
+                remaining -= len(piece)
+            if await _read_exactly(stream, len(tail)) != tail:
+                raise FrameError("malformed", "a frame that ends other than expected")
+            return
+        except _EndOfStream as end:
+            raise FrameError("truncated", f"payload cut after about {end.received} of {size} bytes") from None
     raise FrameError("payload_timeout", f"{size} bytes not read within {deadline_s:.1f} s")

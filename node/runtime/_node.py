@@ -1,10 +1,10 @@
 """One peer node on a real network: :class:`node.core.NodeCore` driven by trio, py-libp2p and the wall clock.
 
-The core decides; this module only executes its effects (DESIGN.md, "The network runtime"):
+The core decides; this module only executes its effects (docs/design.md, "The network runtime"):
 
 * **Messages.** ``Transmit`` effects go to :class:`node.runtime._transport.Transport`, whose frames come back
   into :meth:`NodeCore.on_envelope` (the transport authenticates the sender's peer id through Noise). Frames
-  are decoded here (``node._wire.decode_envelope``: bounded, issue 31 item 3), those over
+  are decoded here (``node._wire.decode_envelope``: bounded by a budget), those over
   :data:`DECODE_INLINE_BYTES` in a worker thread (:data:`DECODES_MAX` at once), so that no frame holds the
   event loop; one that does not decode is counted by the core (``malformed``) and charged to its sender as a
   bad frame (its ban budget).
@@ -25,7 +25,7 @@ The core decides; this module only executes its effects (DESIGN.md, "The network
   peers if its blob had not arrived), restores its replica from the vote log, and rejoins;
   blocks decided meanwhile arrive through the replica's sync (``SendBlocks``, served from peers' stores).
 * **A failed start** (a listen address in use, a vote log missing or corrupt, a ledger of another chain, ...)
-  leaves the data dir as it found it (issue 34 item 4): the checks that only read come first
+  leaves the data dir as it found it: the checks that only read come first
   (:func:`check_data_dir`, :func:`node.config.check_listen`), an existing ledger is opened read-only (its journal
   mode and ``-wal``/``-shm`` untouched) until the transport listens, and what the start created before ``started``
   (a new ledger, the data dir itself) is removed again if it fails (:class:`_StartUndo`).
@@ -310,7 +310,7 @@ class NodeRuntime:
         self.log = log if log is not None else EventLog(fmt=options.log_format)
         self._trainer = trainer
         self._tick_ms = genesis.protocol.timeouts.tick_ms
-        # A failed start leaves the data dir as it was (issue 34 item 4): first what can fail and only reads (the
+        # A failed start leaves the data dir as it was: first what can fail and only reads (the
         # listen addresses, the vote log), then the ledger, an existing one opened read-only until run() listens;
         # whatever the start creates before `started` is removed again if it fails (_StartUndo).
         check_listen(options.listen)
@@ -373,7 +373,7 @@ class NodeRuntime:
         """What the archive scrubs found (the last scrub's counts)."""
         self._eval_height = 0  # the newest stored height whose model this member has not yet evaluated locally
         self.local_eval: dict[str, Any] | None = None
-        """The last committed model's accuracy and loss on this member's own validation split (issue 33 item 6)."""
+        """The last committed model's accuracy and loss on this member's own validation split."""
         self.stored_height = self.store.height()
         self.last_height = min(options.stop_at_height or genesis.protocol.fl_rounds, genesis.protocol.fl_rounds)
         self._height_event = trio.Event()
@@ -450,7 +450,7 @@ class NodeRuntime:
                 decided = True
         if decided and self.core.staleness == 0:
             # this node's round moved on: its updates still queued are for a decided round, which counts no late
-            # update; they would only delay the next round's behind them on a slow link (issue 34 item 1)
+            # update; they would only delay the next round's behind them on a slow link
             self.transport.discard_queued("update")
         v = self.core.replica.durable_version
         if v != self._votes_version:
@@ -500,7 +500,7 @@ class NodeRuntime:
         fetch protocol instead (the core retries what does not arrive, asking the next peer in turn)."""
         if self.adversary is not None and self.adversary.outgoing(peer, data) is None:
             return  # a node that the scenario cuts off asks nobody
-        digests = [d for d in Envelope.decode(data).want or () if d not in self._fetching]  # type: ignore[attr-defined]
+        digests = [d for d in Envelope.decode(data).want or () if d not in self._fetching]
         if digests:
             assert self._nursery is not None  # the caller checked
             self._fetching.update(digests)
@@ -705,7 +705,7 @@ class NodeRuntime:
             "height": st.height,
             "stored": self.stored_height,
             "view": rs.view,
-            "attempt": rs.attempt,  # > 0: this height's committee was re-drawn (issue 31 item 2; ledger.ATTEMPT_VIEWS)
+            "attempt": rs.attempt,  # > 0: this height's committee was re-drawn (ledger.ATTEMPT_VIEWS)
             "role": role,
             "peers": len(self.transport.connected()),
             "last_block": self._last_block.hash().hex()[:16] if self._last_block is not None else "-",
@@ -849,7 +849,7 @@ class NodeRuntime:
 
 
 class _StartUndo:
-    """What a failed start removes again, so that it leaves the data dir as it found it (issue 34 item 4): every
+    """What a failed start removes again, so that it leaves the data dir as it found it: every
     path under ``root`` that was not there when the start began (a new directory with all it holds), ``root`` with
     its parents if the start created them, and the genesis model's blob if the start stored it. Never the vote log: a
     vote it records may have left the node.

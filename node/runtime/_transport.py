@@ -10,10 +10,10 @@ Design
   4-byte big-endian length and the payload (``_frames.py``); a stream carries many frames.
 * A third protocol, ``/concilium/<chain-id>/fetch/1``, fetches a blob by digest in chunks
   (:meth:`Transport.fetch`, records in ``_fetch.py``): the asker pipelines range requests on one stream, the
-  server answers each from ``serve_blob`` with one chunk frame of at most 1 MiB, and the asker checks each
-  chunk against its request and the whole blob against its digest before returning it (the digest is computed
-  chunk by chunk in a worker thread while the next chunks arrive; the blob is assembled in place, no copy).
-  (DESIGN.md names a ``/sync/1`` protocol: block sync here is the replica's own sync messages, which are
+  server answers each from ``serve_blob`` with one chunk frame of at most 4 MiB, and the asker checks each
+  chunk against its request and the whole blob against its digest before returning it (a chunk's data is read
+  straight into the blob, which is assembled in place, and the digest is computed once, in a worker thread).
+  (docs/design.md names a ``/sync/1`` protocol: block sync here is the replica's own sync messages, which are
   consensus messages and ride ``msg/1`` with them; what sync needs beyond blocks, the blobs, is ``fetch/1``.)
 * Outbound: :meth:`Transport.send` is synchronous and never blocks. It appends to a per-peer queue bounded
   in bytes (the oldest frames are dropped past ``queue_bytes_max``); one sender task per (member,
@@ -38,7 +38,7 @@ Design
   in. Every long-lived task runs under :meth:`Transport._supervised`, which restarts it with backoff if
   it crashes instead of taking the node down.
 
-py-libp2p 0.8.1 defects worked around (see ``/work/shared/notes/libp2p.md``)
+py-libp2p 0.8.1 defects worked around (measured on 0.8.1; the list is the reference)
 ----------------------------------------------------------------------------
 1. An exception escaping a stream handler propagates into the swarm's nursery and kills the process:
    ``_serve`` catches ``Exception`` (never ``trio.Cancelled``), logs it and resets the stream.
@@ -75,10 +75,8 @@ py-libp2p 0.8.1 defects worked around (see ``/work/shared/notes/libp2p.md``)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import io
 import logging
 import math
 import os
@@ -107,8 +105,8 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from ledger import DecodeError, KeyPair
 from node.runtime import _libp2p_fixes
 from node.runtime._fetch import (CHUNK_BUDGET, CHUNK_BYTES, REQUEST_BUDGET, REQUEST_FRAME_MAX, RESPONSE_FRAME_MAX,
-                                 WINDOW, BlobChunk, BlobRequest, encode_chunk)  # fmt: skip
-from node.runtime._frames import HEADER_BYTES, FrameError, blank_buffer, encode_header, read_frame
+                                 WINDOW, BlobChunk, BlobRequest, chunk_frame)  # fmt: skip
+from node.runtime._frames import HEADER_BYTES, FrameError, blank_buffer, encode_header, read_frame, read_frame_into
 
 # Global state (defect 8; 11 below): `import libp2p` (above) cleared the "libp2p" logger's handlers
 # and stopped propagation. Unless LIBP2P_DEBUG gave it handlers of its own, send its records to ours.
@@ -262,30 +260,8 @@ def _short(peer: str) -> str:
     return peer[-8:]
 
 
-class _ChunkDigest:
-    """SHA-256 of a blob fed chunk by chunk, in order. Each update runs in a worker thread (hashlib releases the GIL
-    on large inputs) while the fetch receives the next chunk, so checking a fetched blob's digest overlaps with the
-    transfer instead of following it (about 25 ms of CPU per 50 MB here). One update at a time."""
-
-    def __init__(self) -> None:
-        self._hasher = hashlib.sha256()
-        self._done = trio.Event()
-        self._done.set()
-
-    async def update(self, data: bytes) -> None:
-        await self._done.wait()  # the previous chunk's update is over: they run in order, one in flight
-        done = self._done = trio.Event()
-        token = trio.lowlevel.current_trio_token()
-
-        def deliver(_: object) -> None:  # in the worker thread, once the update is over
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
-
-        trio.lowlevel.start_thread_soon(functools.partial(self._hasher.update, data), deliver)
-
-    async def digest(self) -> bytes:
-        await self._done.wait()
-        return self._hasher.digest()
+def _sha256(data: memoryview) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 class Transport:
@@ -409,7 +385,7 @@ class Transport:
 
     def discard_queued(self, kind: str) -> int:
         """Drop every frame of ``kind`` still queued for any peer (not the one being written); how many. A node
-        calls it for its updates when its round moves on (issue 34 item 1): an update for a round the network has
+        calls it for its updates when its round moves on: an update for a round the network has
         decided would reach no one in time, and on a slow link it would delay the next round's update behind it,
         so a member that missed one round would miss every later one too."""
         channel = self._channel_of(kind)
@@ -556,7 +532,7 @@ class Transport:
                     await self._close(stream)
                     return
                 try:
-                    request = BlobRequest.decode(data, bytes_max=REQUEST_FRAME_MAX,  # type: ignore[attr-defined]
+                    request = BlobRequest.decode(data, bytes_max=REQUEST_FRAME_MAX,
                                                  budget=REQUEST_BUDGET)  # fmt: skip
                 except DecodeError as exc:
                     raise FrameError("malformed", str(exc)) from None
@@ -571,19 +547,20 @@ class Transport:
                 return
             blob = self._servable(request.digest)
             if blob is None or request.offset >= len(blob):  # (a served blob is never empty)
-                empty = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"")
-                frame = encode_header(len(encoded := empty.encode())) + encoded  # type: ignore[attr-defined]
-            else:
+                empty = BlobChunk(digest=request.digest, offset=request.offset, total=0, data=b"").encode()
+                parts: tuple[bytes | memoryview, ...] = (encode_header(len(empty)) + empty,)
+            else:  # the frame in three writes: header and head, the piece of the blob (not copied here), tail
                 end = min(len(blob), request.offset + request.length)
-                with memoryview(blob) as view:  # the piece of the blob is copied once, into the frame
-                    frame = encode_chunk(digest=request.digest, offset=request.offset, total=len(blob),
-                                         data=view[request.offset:end], framed=True)  # fmt: skip
+                head, tail = chunk_frame(digest=request.digest, offset=request.offset, total=len(blob),
+                                         size=end - request.offset)  # fmt: skip
+                parts = (encode_header(len(head) + end - request.offset + len(tail)) + head,
+                         memoryview(blob)[request.offset : end], tail)  # fmt: skip
             del blob
-            if not await self._write(stream, frame, framed=True):
+            if not await self._write_parts(stream, parts):
                 await self._reset(stream)
                 return
             self._messages_out["chunk"] += 1
-            self._bytes_out["chunk"] += len(frame) - HEADER_BYTES
+            self._bytes_out["chunk"] += sum(map(len, parts)) - HEADER_BYTES
 
     def _servable(self, digest: bytes) -> bytes | None:
         """``serve_blob(digest)``, memoized while a fetch runs: one lookup per blob, not one per chunk. The memo
@@ -641,14 +618,15 @@ class Transport:
         return blob
 
     async def _fetch_chunks(self, peer: _Peer, stream: INetStream, digest: bytes, cap: int) -> bytes | None:
+        """The blob, asked for in chunks of :data:`CHUNK_BYTES`, :data:`WINDOW` requests in flight. The first answer
+        is decoded (it tells the total); every later one is known but for its data (``chunk_frame``), so its data
+        is read straight into the blob's buffer and the rest checked by comparison (``read_frame_into``)."""
         limits = self.limits
         sent: deque[tuple[int, int]] = deque()  # (offset, length) of the requests in flight, in order
-        total: int | None = None
-        buf: io.BytesIO | None = None  # the blob, chunk after chunk (each chunk is checked to be the next one)
-        hasher = _ChunkDigest()
+        header_timeout_s = limits.read_base_s + RESPONSE_FRAME_MAX / limits.read_bytes_per_s_min  # due at once
 
         async def ask(offset: int, length: int) -> None:
-            frame = BlobRequest(digest=digest, offset=offset, length=length).encode()  # type: ignore[attr-defined]
+            frame = BlobRequest(digest=digest, offset=offset, length=length).encode()
             if not await self._write(stream, frame):
                 raise trio.BrokenResourceError("fetch request not written")
             self._messages_out["fetch"] += 1
@@ -656,44 +634,50 @@ class Transport:
             sent.append((offset, length))
 
         await ask(0, CHUNK_BYTES)  # the first answer tells the total
+        data = await self._read(stream, RESPONSE_FRAME_MAX, header_timeout_s=header_timeout_s)
+        if data is None:
+            raise FrameError("truncated", "the server closed the fetch stream early")
+        try:
+            first = BlobChunk.decode(data, bytes_max=RESPONSE_FRAME_MAX, budget=CHUNK_BUDGET)
+        except DecodeError as exc:
+            raise FrameError("malformed", str(exc)) from None
+        self._count_chunk(len(data))
+        del data
+        sent.popleft()
+        if first.digest != digest or first.offset != 0:
+            raise FrameError("malformed", "a chunk that answers another request")
+        if first.total == 0:
+            self._dropped["fetch_not_held"] += 1
+            return None
+        total = first.total
+        if total > cap:
+            raise FrameError("oversized", f"a blob of {total} bytes announced, cap {cap}")
+        if len(first.data) != min(CHUNK_BYTES, total):
+            raise FrameError("malformed", "a chunk whose size contradicts its total")
+        buf = blank_buffer(total)  # the blob, chunk after chunk (each chunk is read as the next one)
+        buf.write(first.data)
+        del first
         next_offset = CHUNK_BYTES
-        while sent:
-            data = await self._read(stream, RESPONSE_FRAME_MAX,  # the answer is due at once: no idle allowance
-                                    header_timeout_s=limits.read_base_s + RESPONSE_FRAME_MAX / limits.read_bytes_per_s_min)
-            if data is None:
-                raise FrameError("truncated", "the server closed the fetch stream early")
-            try:
-                chunk = BlobChunk.decode(data, bytes_max=RESPONSE_FRAME_MAX,  # type: ignore[attr-defined]
-                                         budget=CHUNK_BUDGET)  # fmt: skip
-            except DecodeError as exc:
-                raise FrameError("malformed", str(exc)) from None
-            self._messages_in["fetch"] += 1
-            self._bytes_in["fetch"] += len(data)
-            del data
-            offset, length = sent.popleft()
-            if chunk.digest != digest or chunk.offset != offset:
-                raise FrameError("malformed", "a chunk that answers another request")
-            if total is None:
-                if chunk.total == 0:
-                    self._dropped["fetch_not_held"] += 1
-                    return None
-                if chunk.total > cap:
-                    raise FrameError("oversized", f"a blob of {chunk.total} bytes announced, cap {cap}")
-                total = chunk.total
-                buf = blank_buffer(total)
-            if chunk.total != total or len(chunk.data) != min(length, total - offset):
-                raise FrameError("malformed", "a chunk whose size or total contradicts the first one")
-            assert buf is not None and buf.tell() == offset, "requests are sent in order and each is answered in full"
-            buf.write(chunk.data)
-            await hasher.update(chunk.data)
-            del chunk
+        while next_offset < total or sent:
             while next_offset < total and len(sent) < WINDOW:
                 await ask(next_offset, min(CHUNK_BYTES, total - next_offset))
                 next_offset += CHUNK_BYTES
-        if await hasher.digest() != digest:
+            offset, length = sent.popleft()
+            assert buf.tell() == offset, "requests are sent in order and each is answered in full"
+            head, tail = chunk_frame(digest=digest, offset=offset, total=total, size=length)
+            await read_frame_into(stream, buf.write, head=head, body_size=length, tail=tail,
+                                  header_timeout_s=header_timeout_s, read_base_s=limits.read_base_s,
+                                  read_bytes_per_s_min=limits.read_bytes_per_s_min)  # fmt: skip
+            self._count_chunk(len(head) + length + len(tail))
+        with buf.getbuffer() as blob:  # a view of the buffer's own bytes, not a copy (nothing else refers to them)
+            actual = await trio.to_thread.run_sync(_sha256, blob)
+        if actual != digest:
             raise FrameError("malformed", "the fetched blob does not match its digest")
-        assert buf is not None  # the first answer either returned (not held) or made it
         return buf.getvalue()
+
+    def _count_chunk(self, size: int) -> None:
+        self._messages_in["fetch"] += 1
+        self._bytes_in["fetch"] += size
 
     async def _read(self, stream: INetStream, frame_max: int, *, header_timeout_s: float | None = None,
                     admit: Callable[[int], bool] | None = None) -> bytes | None:
@@ -794,16 +778,20 @@ class Transport:
 
     async def _write(self, stream: INetStream, data: bytes, *, framed: bool = False) -> bool:
         """Write one frame: its header and ``data``, or ``data`` alone if it starts with its header (``framed``)."""
-        deadline_s = self.limits.write_timeout_s + len(data) / self.limits.read_bytes_per_s_min
+        if framed:
+            return await self._write_parts(stream, (data,))
+        if len(data) <= _ONE_WRITE_MAX:  # one write, one encrypted frame: a small message is one packet
+            return await self._write_parts(stream, (encode_header(len(data)) + data,))
+        return await self._write_parts(stream, (encode_header(len(data)), data))  # split by the muxer anyway: no copy
+
+    async def _write_parts(self, stream: INetStream, parts: Sequence[bytes | memoryview]) -> bool:
+        """Write one frame given as consecutive parts, its header included, each as it is (not joined), under one
+        deadline; False if it failed or timed out."""
+        deadline_s = self.limits.write_timeout_s + sum(map(len, parts)) / self.limits.read_bytes_per_s_min
         with trio.move_on_after(deadline_s):
             try:
-                if framed:
-                    await stream.write(data)
-                elif len(data) <= _ONE_WRITE_MAX:  # one write, one encrypted frame: a small message is one packet
-                    await stream.write(encode_header(len(data)) + data)
-                else:  # a large one is split by the muxer anyway; no copy of it
-                    await stream.write(encode_header(len(data)))
-                    await stream.write(data)
+                for part in parts:
+                    await stream.write(part)  # type: ignore[arg-type]  # (a memoryview: the muxer slices it)
                 return True
             except _NET_ERRORS as exc:
                 self._log.debug("write failed: %r", exc)

@@ -1,6 +1,6 @@
 """The vote log: the replica's durable record (``Replica.durable()``), on disk before a vote leaves the node.
 
-DESIGN.md, "Durability": "a small vote log (height, view, what this replica signed) written and fsynced
+docs/design.md, "Durability": "a small vote log (height, view, what this replica signed) written and fsynced
 *before* a vote leaves the node: a restarted replica never signs two different things for one (height,
 view)". The runtime calls :meth:`VoteLog.save` whenever ``Replica.durable_version`` changed, after it
 persisted the batch's ``Commit`` blocks and before it sends the batch's messages, and builds the replica

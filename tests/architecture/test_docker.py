@@ -159,7 +159,7 @@ def test_dockerignore_keeps_environments_results_and_caches_out_of_the_build_con
     text = (ROOT / "docker" / "Dockerfile").read_text()
     needed = [src for line in re.findall(r"^COPY (.+) \S+$", text, flags=re.M) for src in line.split()]
     assert {"pyproject.toml", "README.md", "scenarios", "sim"} <= set(needed)
-    for path in [*needed, "sim/scenarios", "scenarios/quickstart.toml", "scenarios/full/seed004_femnist_fig2.toml",
+    for path in [*needed, "sim/scenarios", "scenarios/quickstart.toml", "scenarios/full/fedro_femnist_fig2.toml",
                  "sim/_run.py", "concilium/cli.py", "ledger/store/_sqlite.py", "docker/Dockerfile"]:
         assert not _ignored(path, rules), f".dockerignore drops {path}, which the image needs"
     # the real context of this checkout: every package source is in it, no environment or cache is

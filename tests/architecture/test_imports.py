@@ -1,4 +1,4 @@
-"""Import rules of DESIGN.md, enforced on the source files with ``ast`` (no package is imported to check them).
+"""Import rules of docs/design.md, enforced on the source files with ``ast`` (no package is imported to check them).
 
 1. **Public APIs between packages.** A file of one top-level package (``concilium``, ``sim``, ``node``,
    ``consensus``, ``learning``, ``ledger``) or of ``benchmarks/`` / ``scripts/`` imports another package only

@@ -2,7 +2,7 @@
 
 Every run checks agreement, validity, certificates, contiguous heights and evidence after each event
 (``Cluster.check_invariants``); a failure message starts with the ``replay: Cluster(...)`` line.
-Liveness (DESIGN.md, issue item 5): with at most ``f`` Byzantine or crashed members of ``3f+1`` and
+Liveness (docs/design.md, issue item 5): with at most ``f`` Byzantine or crashed members of ``3f+1`` and
 every message delivered after ``heal()``, each of the next heights decides within
 ``Cluster.liveness_bound_ticks()`` ticks.
 """
@@ -89,7 +89,7 @@ def test_c7(kind, seed, explored):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_crash_the_first_to_decide(seed, explored):
-    """The adversary that breaks a wrong re-proposal rule (seed_003 §7.8 item 6's view change)."""
+    """The adversary that breaks a wrong re-proposal rule (cmfl spec §7.8 item 6's view change)."""
     explored.add(run_scenario(4, 1000 + seed, "front_crash"))
 
 

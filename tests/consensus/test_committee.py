@@ -1,4 +1,4 @@
-"""CMFL committee mechanism: seed_003 §7.8 deterministic unit tests (items cited per test), sizes, sampling."""
+"""CMFL committee mechanism: cmfl spec §7.8 deterministic unit tests (items cited per test), sizes, sampling."""
 
 from __future__ import annotations
 
@@ -308,7 +308,7 @@ def test_cmfl_payload_reexecutes():
 
 
 def test_score_row_blobs_name_every_reference_and_scored_update_once():
-    """What a committed block's store keeps so the audit can recompute every row (issue 31 item 8)."""
+    """What a committed block's store keeps so the audit can recompute every row."""
     r = _Round(equivocate=True)
     named = score_row_blobs(tuple(reversed(r.rows)) + (r.rows[0],))  # any order, a row twice
     members = sorted(r.committee)
@@ -370,7 +370,7 @@ def test_non_finite_distances_are_rejected_before_scoring():
             parse_score_row(SignedMessage(signer=key.peer_id, kind="cmfl_scores", height=1, view=0, body=body, signature=b"\0" * 64))
 
 
-# --- issue 13: a member cannot frame a client through its own score row ---------------------------------
+# --- a member cannot frame a client through its own score row ---------------------------------
 
 
 def _misquote(r: _Round, member_index: int, client_index: int = 0) -> SignedMessage:

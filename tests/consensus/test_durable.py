@@ -1,7 +1,7 @@
 """A replica's votes survive a restart: ``Replica.durable()``, ``Replica(..., restore=...)`` and the vote log.
 
 pBFT keeps each replica's log in stable storage [Castro & Liskov, OSDI '99, §4.4-4.5], so that a replica
-that crashes and recovers is correct rather than faulty. DESIGN.md, "Durability": the vote log is written
+that crashes and recovers is correct rather than faulty. docs/design.md, "Durability": the vote log is written
 and fsynced before a vote leaves the node, and a restarted replica never signs two different things for
 one (height, view). The cluster persists each replica's record after every call into it and before that
 call's messages are sent, and checks after every send that no honest member signed two different
@@ -361,7 +361,7 @@ def test_malformed_records_raise_one_clear_error():
     }
     for name, (data, match) in cases.items():
         with pytest.raises(DurableStateError, match=match) as e:
-            replica_from(c, p, data)  # type: ignore[arg-type]
+            replica_from(c, p, data)
         assert isinstance(e.value, ValueError) and "\n" not in str(e.value), name
         assert str(e.value).startswith(f"vote record of {p}: "), name
 

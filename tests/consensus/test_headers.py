@@ -63,20 +63,20 @@ def test_parse_round_trip_and_strictness(cluster: Cluster) -> None:
     block = _chain(c)[0]
     sender = c.keys[c.peers[0]]
     msg = decided_header_message(sender, c.ctx.chain_id, block)
-    again = Message.decode(msg.encode())  # type: ignore[attr-defined]
+    again = Message.decode(msg.encode())
     d = parse(again)
     assert isinstance(d, DecidedHeader) and d.signed.kind == KIND_HEADER
     assert d.header == block.header and d.certificate == block.certificate and d.block_hash == block.header.hash()
-    assert len(msg.encode()) < len(decided_message(block).encode())  # type: ignore[attr-defined]
+    assert len(msg.encode()) < len(decided_message(block).encode())
 
     other = _chain(c)[1]
 
     def forged(body: dict, *, height: int = block.height, view: int = block.certificate.view, **extra: object) -> Message:
         return Message(signed=sign_signed(sender, c.ctx.chain_id, KIND_HEADER, height, view, body), **extra)  # type: ignore[arg-type]
 
-    good = {"header": block.header.to_value(), "certificate": block.certificate.to_value()}  # type: ignore[attr-defined]
+    good = {"header": block.header.to_value(), "certificate": block.certificate.to_value()}
     cases = {
-        "another block's certificate": forged({**good, "certificate": other.certificate.to_value()}),  # type: ignore[attr-defined]
+        "another block's certificate": forged({**good, "certificate": other.certificate.to_value()}),
         "wrong height": forged(good, height=block.height + 1),
         "wrong view": forged(good, view=block.certificate.view + 1),
         "missing key": forged({"header": good["header"]}),
@@ -189,7 +189,7 @@ def _state_after(c: Cluster, n: int):
 def test_header_sync_request_parses_strictly(cluster: Cluster) -> None:
     c = cluster
     key = c.keys[c.peers[0]]
-    d = parse(Message.decode(header_sync_request_message(key, c.ctx.chain_id, 3).encode()))  # type: ignore[attr-defined]
+    d = parse(Message.decode(header_sync_request_message(key, c.ctx.chain_id, 3).encode()))
     assert isinstance(d, SyncRequest) and d.headers and d.signed.height == 3 and d.signed.kind == KIND_HEADER_SYNC
     plain = parse(sync_request_message(key, c.ctx.chain_id, 3))
     assert isinstance(plain, SyncRequest) and not plain.headers
@@ -366,7 +366,7 @@ def test_a_lazy_observer_shown_a_height_nobody_serves_goes_back_to_sleep(cluster
 
 
 def test_a_lazy_observer_on_the_re_drawn_committee_wakes_when_its_height_is_re_drawn(cluster: Cluster) -> None:
-    """A lazy member outside its height's committee but on the committee re-drawn for it (issue 31 item 2) sleeps
+    """A lazy member outside its height's committee but on the committee re-drawn for it sleeps
     only until ``redraw_ticks``: then it enters the attempt with a VIEW-CHANGE to the new committee and the old one
     (whose members that decided the height answer with the block)."""
     c = cluster

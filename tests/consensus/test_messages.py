@@ -56,9 +56,9 @@ BH = HEADER.hash()
 
 
 def _roundtrip(m: Message) -> Message:
-    data = m.encode()  # type: ignore[attr-defined]
-    back = Message.decode(data)  # type: ignore[attr-defined]
-    assert back.encode() == data  # type: ignore[attr-defined]
+    data = m.encode()
+    back = Message.decode(data)
+    assert back.encode() == data
     return back
 
 
@@ -85,7 +85,7 @@ def test_every_kind_round_trips_and_parses():
     vcs = [view_change_message(k, CHAIN, 1, 1, None, None).signed for k in KEYS[1:]]
     nv = parse(_roundtrip(new_view_message(KEYS[1], CHAIN, 1, 1, vcs, None, None)))
     assert isinstance(nv, NewView) and len(nv.view_changes) == 3 and nv.pre_prepare is None
-    assert parse(_roundtrip(sync_request_message(KEYS[0], CHAIN, 1))).signed.kind == "sync_request"  # type: ignore[union-attr]
+    assert parse(_roundtrip(sync_request_message(KEYS[0], CHAIN, 1))).signed.kind == "sync_request"
     cert = make_certificate(HEADER, [sign_commit(k, CHAIN, 1, 0, BH) for k in KEYS[:3]])
     d = parse(_roundtrip(Message(block=Block(header=HEADER, payload=PAYLOAD, certificate=cert))))
     assert isinstance(d, Decided) and d.block.header == HEADER
@@ -125,7 +125,7 @@ def test_stateless_checks_reject_malformed_messages():
     _malformed(view_change_message(k, CHAIN, 1, 1, _proof(), None))  # prepared proof without its payload
     _malformed(view_change_message(k, CHAIN, 1, 1, _proof(view=1), PAYLOAD))  # proof of a view >= the new one
     good = _proof()
-    wrong = PreparedProof(good.pre_prepare, (vote_message(KEYS[1], CHAIN, KIND_PREPARE, 1, 0, sha256(b"x")).signed,))  # type: ignore[arg-type]
+    wrong = PreparedProof(good.pre_prepare, (vote_message(KEYS[1], CHAIN, KIND_PREPARE, 1, 0, sha256(b"x")).signed,))
     _malformed(view_change_message(k, CHAIN, 1, 1, wrong, PAYLOAD))  # a prepare for another block
     unsorted = PreparedProof(good.pre_prepare, tuple(reversed(good.prepares)))
     _malformed(view_change_message(k, CHAIN, 1, 1, unsorted, PAYLOAD))
@@ -138,8 +138,8 @@ def test_stateless_checks_reject_malformed_messages():
 
 
 _SAMPLE = [
-    pre_prepare_message(KEYS[0], CHAIN, 1, 0, HEADER, PAYLOAD).encode(),  # type: ignore[attr-defined]
-    view_change_message(KEYS[2], CHAIN, 1, 1, _proof(), PAYLOAD).encode(),  # type: ignore[attr-defined]
+    pre_prepare_message(KEYS[0], CHAIN, 1, 0, HEADER, PAYLOAD).encode(),
+    view_change_message(KEYS[2], CHAIN, 1, 1, _proof(), PAYLOAD).encode(),
 ]
 
 
@@ -154,7 +154,7 @@ def test_mutated_bytes_fail_cleanly(which, pos, byte, cut):
     else:
         data[i] = byte
     try:
-        m = Message.decode(bytes(data))  # type: ignore[attr-defined]
+        m = Message.decode(bytes(data))
     except DecodeError:
         return
     try:

@@ -1,4 +1,4 @@
-"""A committee that cannot reach quorum (issue 31 item 2): what happens, with and without ``redraw_ticks``.
+"""A committee that cannot reach quorum: what happens, with and without ``redraw_ticks``.
 
 Two of a 4-member committee crash for good (``q = 3``): the height cannot decide in that committee.
 

@@ -1,4 +1,4 @@
-"""The pBFT replica, section by section (Castro & Liskov, OSDI '99; seed_003 §2.8.2 and §7.8 items 5-6).
+"""The pBFT replica, section by section (Castro & Liskov, OSDI '99; cmfl spec §2.8.2 and §7.8 items 5-6).
 
 Each test drives a deterministic :class:`consensus.testing.Cluster`; invariants (agreement, validity,
 certificates, contiguous heights, valid evidence against Byzantine members only) are checked after every
@@ -67,7 +67,7 @@ def test_normal_case_messages_and_certificate():
 
 
 def test_refused_proposal_is_recorded_and_the_next_primary_commits():
-    """CCP step 5 / DESIGN.md coordinator step 4: a wrong aggregate is refused, with the reason and
+    """CCP step 5 / docs/design.md coordinator step 4: a wrong aggregate is refused, with the reason and
     signed evidence; the view changes and the next primary's block is decided."""
     bad = primary_index(4)
     c = Cluster(size=4, seed=1, byzantine={bad: "wrong_proposal"})
@@ -84,7 +84,7 @@ def test_refused_proposal_is_recorded_and_the_next_primary_commits():
 
 
 def test_equivocating_primary_yields_evidence_and_one_decision():
-    """seed_003 §7.8 item 6: an equivocating primary cannot get two certificates; its double
+    """cmfl spec §7.8 item 6: an equivocating primary cannot get two certificates; its double
     pre-prepare and double votes become ledger evidence."""
     bad = primary_index(4)
     c = Cluster(size=4, seed=3, byzantine={bad: "equivocate"}, faults=Faults(delay_ticks_max=1))
@@ -166,7 +166,7 @@ def test_ledger_accepts_a_block_decided_in_a_later_view():
     [("majority", 5, True), ("majority", 6, False), ("bft", 3, True), ("bft", 4, False)],
 )
 def test_quorum_with_disagreeing_replicas(quorum, refusing, decides):
-    """seed_003 §7.8 item 5, C = 12: majority needs ⌊12/2⌋+1 = 7 votes, bft ⌊24/3⌋+1 = 9 (the pre-prepare
+    """cmfl spec §7.8 item 5, C = 12: majority needs ⌊12/2⌋+1 = 7 votes, bft ⌊24/3⌋+1 = 9 (the pre-prepare
     is the primary's vote). Replicas that cannot re-execute never vote; without a quorum the views keep
     changing and nothing is decided."""
     p0 = primary_index(12, quorum=quorum)
@@ -254,7 +254,7 @@ def test_bad_messages_are_dropped_and_counted_never_fatal(four):
     for reason, m in cases.items():
         fx = r.step(m, sender=prim)
         if reason == "future_height":  # the sender is far ahead: ask it for blocks
-            assert [e.message.kind for e in fx] == ["sync_request"]  # type: ignore[union-attr]
+            assert [e.message.kind for e in fx] == ["sync_request"]
         elif reason != "not_primary":
             assert fx == []
         assert r.status().dropped.get(reason, 0) == 1, (reason, r.status().dropped)
@@ -279,7 +279,7 @@ def test_future_messages_are_held_in_a_bounded_buffer(four):
 
 
 def test_future_messages_are_held_bounded_in_bytes_per_sender_and_in_all(four):
-    """Issue 31 item 4: a member's messages for later heights (up to a 16 MiB frame each) are bounded in bytes, per
+    """A member's messages for later heights (up to a 16 MiB frame each) are bounded in bytes, per
     sender and in all, not only in count; they go when their height is reached."""
     c = four
     r, prim = _backup(c)
@@ -310,7 +310,7 @@ def test_propose_misuse_and_stale_proposals(four):
     wrong = dataclasses.replace(c.honest_payload(st, 0, prim), model_digest=bytes(32))
     with pytest.raises(LocalProtocolError, match="refused"):
         p.propose(wrong, height=1, view=0, time_ms=1)
-    with pytest.raises(LocalProtocolError, match="the latest a header takes"):  # issue 31 item 5
+    with pytest.raises(LocalProtocolError, match="the latest a header takes"):  # bounded block time
         p.propose(c.honest_payload(st, 0, prim), height=1, view=0, time_ms=2**63)
 
 
@@ -318,9 +318,9 @@ def test_status_is_a_frozen_snapshot(four):
     s = four.replicas[four.peers[0]].status()
     assert isinstance(s, ReplicaStatus)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.view = 3  # type: ignore[misc]
+        s.view = 3
     with pytest.raises(TypeError):
-        s.dropped["x"] = 1  # type: ignore[index]
+        s.dropped["x"] = 1
 
 
 def test_config_from_genesis_timeouts_and_validation(four):

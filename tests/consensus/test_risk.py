@@ -1,5 +1,5 @@
-"""Committee risk (issue 31 item 2): the hypergeometric tails against exact Fractions and against counting every
-committee, the run probability against exact powers, issue 31's figures, monotonicity, re-draws, and the smallest
+"""Committee risk: the hypergeometric tails against exact Fractions and against counting every
+committee, the run probability against exact powers, the figures the committee-risk report quotes, monotonicity, re-draws, and the smallest
 committee against an exact scan of every size."""
 
 import doctest
@@ -54,7 +54,7 @@ def test_the_tail_is_exactly_the_textbook_sum_for_large_populations():
             assert hypergeometric_tail(n, b, c, seats) == summed_tail(n, b, c, seats), (n, b, c, seats)
 
 
-def test_issue_31_figures():
+def test_the_quoted_committee_figures():
     # "A fair draw of 7 from 20 % Byzantine members holds a Byzantine quorum with p ≈ 0.0032 per round: 96 % over
     # 1,000 rounds"; ">= 3 seats (enough to block quorum) with probability 0.14": at 100 members
     r = committee_risk(100, 20, 7, draws=1000)

@@ -1,4 +1,4 @@
-"""No view change without a fault (issue 34 item 7), and the two re-draw rules that keep lazy members in step.
+"""No view change without a fault, and the two re-draw rules that keep lazy members in step.
 
 * A backup whose host lacks an input to judge a proposal (a node's update blob still on its way from its trainer,
   which a pre-prepare may overtake; the previous model) neither votes nor refuses: ``validate`` says

@@ -1,4 +1,5 @@
-"""Conformance suite run over every registered aggregator and pre-aggregator (STYLE "Conformance").
+"""Conformance suite run over every registered aggregator and pre-aggregator: permutation invariance (or a
+declared exemption), determinism, inputs not mutated, the ``f`` bound.
 
 Every rule in ``AGGREGATORS`` / ``PRE_AGGREGATORS`` must have an example here (the first test fails otherwise),
 and then must: return a ``(d,)`` array of the input dtype; give the same bytes for the same input and rng seed

@@ -1,7 +1,7 @@
 """One CMFL score definition in both layers: ``learning``'s reference combination and ``consensus``'s.
 
 ``learning`` computes the eq. (7) distance rows and has a reference combination (simulator, audits); ``consensus``
-combines the agreed rows into the scores that rank, select and elect the clients written into blocks (seed_003 §2.2,
+combines the agreed rows into the scores that rank, select and elect the clients written into blocks (cmfl spec §2.2,
 eq. 8; §2.8.6 median). The layers may not import each other: both take the floor from its one definition,
 ``ledger.CMFL_DISTANCE_FLOOR``, and this suite pins that they give the same scores and the same ranking, bit for bit,
 including distances far below any "small" floor.
@@ -40,7 +40,7 @@ def test_one_floor() -> None:
 
 @pytest.mark.parametrize("method", ["mean", "median"])
 def test_sub_1e12_distances_rank_the_same_in_both_layers(method: str) -> None:
-    """Issue 15 item 4: reference [0.0]; "0001" sent [1e-7] (d = 1e-14), "0002" sent [0.0] (d = 0, floored).
+    """Reference [0.0]; "0001" sent [1e-7] (d = 1e-14), "0002" sent [0.0] (d = 0, floored).
 
     With a 1e-12 floor in one layer both clients scored 1e12 there and the id tie-break ranked "0001" first, while
     the other layer ranked "0002" (identical to the committee) first. Eq. 8: "0002" is closer, so it ranks first.

@@ -65,7 +65,7 @@ def _genesis_of(ledger: Path):  # noqa: ANN202
 
 def make_demo_ledger(path: Path, *, blocks: int = 3, name: str = "", with_blobs: bool = True, **kw: int) -> list:
     """A signed demo chain in ``path`` whose first member's display name is ``name``; returns the blocks."""
-    from sim import LedgerDemo
+    from ledger.testing import LedgerDemo
 
     demo = LedgerDemo(**{"members": 6, "committee_size": 4, "updates_per_block": 3, "floats_per_update": 8, "seed": 5, **kw})
     if name:

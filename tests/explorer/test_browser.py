@@ -176,7 +176,7 @@ def test_the_server_serves_no_file_by_path(urls):
 
 
 def test_the_audit_of_a_run_with_an_app_in_chromium(browser, server, readme_plugins, tmp_path):
-    """Issue 32: the README's plug-ins as an app (``app = "my_plugins.py"``), run by ``concilium sim run`` (another
+    """The README's plug-ins as an app (``app = "my_plugins.py"``), run by ``concilium sim run`` (another
     process: the plug-ins never load in this one). ``ledger serve`` of its results folder audits with the app copied
     there: OK, green, every round re-executed. The same ledger alone, with no app beside it: ``NOT RE-EXECUTED``,
     naming the pinned app, in amber (``warn``), never green."""

@@ -1,4 +1,4 @@
-"""The explorer marks outliers (issue 31 item 8): score-row distances far above their round's median, and members
+"""The explorer marks outliers: score-row distances far above their round's median, and members
 rejected in most of the rounds they trained - on a real quickstart run (committee mode, two Byzantine clients
 sending the negated model, 5 rounds), checked against what ``concilium ledger show`` prints."""
 

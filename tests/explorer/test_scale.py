@@ -16,7 +16,7 @@ BLOCKS = 10_000
 
 @pytest.mark.slow
 def test_first_page_of_10000_blocks_is_fast(tmp_path):
-    from sim import LedgerDemo
+    from ledger.testing import LedgerDemo
 
     demo = LedgerDemo(members=4, committee_size=1, updates_per_block=1, floats_per_update=4, seed=3)
     store, _ = create_ledger(tmp_path / "L", demo.genesis)

@@ -200,7 +200,7 @@ def test_meamed_f0_is_mean() -> None:
 
 
 def test_meamed_repeated_value_at_the_window_edge() -> None:
-    """Issue 15 item 4 (workload A1, coordinate 725,866): a repeated value at the lower edge of the window.
+    """Workload A1 (``benchmarks/README.md``), coordinate 725,866: a repeated value at the lower edge of the window.
 
     Column 0: sorted values -3, -3, 0, 1, 2, median 0, distances 3, 3, 0, 1, 2. The n - f = 4 closest are 0, 1, 2
     and one -3: mean (-3 + 0 + 1 + 2)/4 = 0. A window chosen by its largest distance ties [-3, -3, 0, 1] with
@@ -236,7 +236,7 @@ def test_meamed_with_many_ties_is_the_n_minus_f_closest_values() -> None:
 
 
 def test_geometric_median_collinear_points() -> None:
-    # seed_000 §6.1 item 7: 7 collinear points, equal weights, nu = 1e-6, 100 iterations -> the median to 1e-9.
+    # unavailability spec §6.1 item 7: 7 collinear points, equal weights, nu = 1e-6, 100 iterations -> the median to 1e-9.
     pts = np.array([[0.0], [1.0], [2.5], [3.0], [7.0], [8.0], [20.0]])
     out = GeometricMedian(nu=1e-6, iterations=100)(pts, rng=rng())
     assert abs(out[0] - 3.0) < 1e-9
@@ -292,7 +292,7 @@ def ref_weiszfeld_direct(
 
 @pytest.mark.parametrize("offset", [1e3, -3e5])
 def test_geometric_median_inputs_with_a_large_shared_offset(offset: float) -> None:
-    """Issue 15 item 4: inputs ``offset + 1e-2·N(0, 1)``. From ``X Xᵀ`` the distances lost ~‖offset‖²/spread² of
+    """Inputs ``offset + 1e-2·N(0, 1)``. From ``X Xᵀ`` the distances lost ~‖offset‖²/spread² of
     float64's precision (about 3e-7 of the spread in the result at 1e3, and RFA's ``ftol`` test stopped after 3 steps
     instead of 1); recomputed relative to the medoid they are as precise as direct differences."""
     g = np.random.default_rng(41)
@@ -302,7 +302,7 @@ def test_geometric_median_inputs_with_a_large_shared_offset(offset: float) -> No
     rounding = 1e-14 * abs(offset) * np.sqrt(x.shape[1])  # float64 rounding of the result itself (both sides)
     w = g.random(50) + 0.5
     cases = [
-        (dict(nu=1e-5, iterations=10, init="mean", ftol=1e-6), None),  # RFA (seed_002)
+        (dict(nu=1e-5, iterations=10, init="mean", ftol=1e-6), None),  # RFA (sself spec)
         (dict(nu=1e-5, iterations=10, init="mean", ftol=1e-6), w),
         (dict(nu=1e-5, iterations=10, init="mean", ftol=0.0), None),
         (dict(nu=0.1, iterations=3, init="zero", ftol=0.0), None),  # ByzFL's defaults

@@ -80,7 +80,7 @@ def test_nnm_keeps_weights() -> None:
 
 
 def test_bucketing_footnote_4_toy_example() -> None:
-    """seed_000 Appendix A footnote 4: {1,2,3,4}, one corrupted value, two buckets of two.
+    """unavailability spec Appendix A footnote 4: {1,2,3,4}, one corrupted value, two buckets of two.
 
     The adversary corrupts the smallest element of the bucket with the larger mean; the Byzantine-free bucket's
     mean is then strictly below the average of the non-corrupted data, and over the three equally likely

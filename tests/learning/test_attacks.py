@@ -38,7 +38,7 @@ def test_sign_flip_and_ipm() -> None:
     np.testing.assert_allclose(SignFlip(scale=10.0)(u, rng=rng()), -10 * u.mean(0), rtol=1e-14)
     np.testing.assert_allclose(InnerProductManipulation()(u, rng=rng()), -2 * u.mean(0), rtol=1e-14)
     np.testing.assert_allclose(InnerProductManipulation(epsilon=0.1)(u, rng=rng()), -0.1 * u.mean(0), rtol=1e-14)
-    # Own-update form (seed_003 back-gradient): a 1-row stack is the attacker's own update.
+    # Own-update form (cmfl spec back-gradient): a 1-row stack is the attacker's own update.
     np.testing.assert_array_equal(SignFlip()(u[:1], rng=rng()), -u[0])
 
 
@@ -57,7 +57,7 @@ def test_alie_matches_formula() -> None:
 
 
 def test_alie_z_from_counts_matches_spec() -> None:
-    # seed_004 §4: n = 26, f = 11 -> s = 3, z = Phi^-1(23/26) = 1.1984; n = 29, f = 13 -> z = 1.4835.
+    # fedro spec §4: n = 26, f = 11 -> s = 3, z = Phi^-1(23/26) = 1.1984; n = 29, f = 13 -> z = 1.4835.
     assert ALIE.from_counts(26, 11).z == pytest.approx(1.1984, abs=1e-4)
     assert ALIE.from_counts(29, 13).z == pytest.approx(1.4835, abs=1e-4)
     assert ALIE.from_counts(10, 9).z == pytest.approx(1.2816, abs=1e-4)  # s clamped to 1: Phi^-1(0.9)
@@ -87,11 +87,11 @@ def test_gradient_scaling_factors_lie_in_range() -> None:
 def test_model_scaling_identities() -> None:
     u = honest(1, 6)
     w = np.random.default_rng(9).standard_normal(6)
-    # seed_003 code back-gradient: w_k <- -w_k, i.e. u_bad = -2 w - u.
+    # cmfl spec code back-gradient: w_k <- -w_k, i.e. u_bad = -2 w - u.
     np.testing.assert_allclose(ModelScaling(factor=-1)(u, rng=rng(), global_model=w), -2 * w - u[0], rtol=1e-14)
-    # seed_002: sent model -10 (w + u), i.e. u_bad = -11 w - 10 u.
+    # sself spec: sent model -10 (w + u), i.e. u_bad = -11 w - 10 u.
     np.testing.assert_allclose(ModelScaling(factor=-10)(u, rng=rng(), global_model=w), -11 * w - 10 * u[0], rtol=1e-14)
-    # seed_003 model-level all-zero: u_bad = -w.
+    # cmfl spec model-level all-zero: u_bad = -w.
     np.testing.assert_allclose(ModelScaling(factor=0)(u, rng=rng(), global_model=w), -w, rtol=1e-14)
     with pytest.raises(ConfigError, match="needs global_model"):
         ModelScaling()(u, rng=rng())

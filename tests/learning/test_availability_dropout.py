@@ -1,4 +1,4 @@
-"""seed_001 §3 dropout schemes: §6.3 A5 schedules, each law's statistics, floors, determinism, strict config."""
+"""mimic spec §3 dropout schemes: §6.3 A5 schedules, each law's statistics, floors, determinism, strict config."""
 
 from __future__ import annotations
 

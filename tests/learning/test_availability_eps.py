@@ -1,4 +1,4 @@
-"""The ε-adversarial unavailability of seed_000 §3.3 and its candidate set (§3.2), checked against spec §6.1 R0."""
+"""The ε-adversarial unavailability of unavailability spec §3.3 and its candidate set (§3.2), checked against spec §6.1 R0."""
 
 from __future__ import annotations
 

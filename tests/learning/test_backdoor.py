@@ -1,4 +1,4 @@
-"""seed_002 §3.4 backdoor: trigger stamping on flat 8×8 digits, per-batch poisoning inside local training, model
+"""sself spec §3.4 backdoor: trigger stamping on flat 8×8 digits, per-batch poisoning inside local training, model
 replacement scaling, and the attack-success-rate set (real digits data, the real trainer)."""
 
 from __future__ import annotations

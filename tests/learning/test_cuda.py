@@ -1,4 +1,4 @@
-"""Training on a CUDA device (issue 3 item 4: ``--device cpu|cuda``). Marked ``gpu``: run with ``-m gpu`` on a
+"""Training on a CUDA device (``--device cpu|cuda``). Marked ``gpu``: run with ``-m gpu`` on a
 machine with a GPU; the default run (CPU CI) deselects them. Each test fails, not skips, without CUDA."""
 
 import dataclasses
@@ -91,7 +91,7 @@ def test_forked_training_workers_fall_back_in_process_after_cuda_autograd():
 
 
 def test_a_member_world_from_a_data_split_trains_and_evaluates_on_cuda(tmp_path):
-    """Issue 33 items 1, 4 and 8 on a GPU: a node's own world (``node.world.MemberWorld``), built from a ``testnet
+    """A node's own data and device on a GPU: a node's own world (``node.world.MemberWorld``), built from a ``testnet
     init --data`` genesis and its node config on ``device = "cuda"`` (and "auto", which picks CUDA), trains a local
     job and evaluates on its validation split; the update is the CPU world's within float32 kernel differences
     (SGD with momentum and clipping: Adam's first steps are ``±lr`` wherever a gradient is near 0, so CPU and CUDA

@@ -110,7 +110,7 @@ def test_synthetic_is_deterministic_and_seed1_fixes_the_sizes() -> None:
     shadow = SyntheticSpec(num_clients=8, seed_model=1, seed_data=2).load()
     other = SyntheticSpec(num_clients=8, seed_model=2, seed_data=1).load()
     assert torch.equal(a.train.x, b.train.x) and torch.equal(a.train.y, b.train.y)
-    # seed_000 §6.1 item 10: same seed1, different seed2 ⇒ identical client sizes, different samples
+    # unavailability spec §6.1 item 10: same seed1, different seed2 ⇒ identical client sizes, different samples
     assert np.array_equal(a.train.groups, shadow.train.groups)
     assert not torch.equal(a.train.x, shadow.train.x)
     assert not np.array_equal(np.bincount(a.train.groups), np.bincount(other.train.groups))
@@ -174,7 +174,7 @@ def test_dataset_validation() -> None:
 
 def test_public_split_is_class_balanced_and_removed(digits: DataSplits) -> None:
     public, pool = split_public(digits.train, 50, rng=np.random.default_rng(0))
-    assert np.array_equal(public.class_counts(), [5] * 10)  # seed_002 §6.1: 5 per class
+    assert np.array_equal(public.class_counts(), [5] * 10)  # sself spec §6.1: 5 per class
     assert len(pool) == len(digits.train) - 50
     assert len(_rows(public) & _rows(pool)) <= 2  # disjoint up to the few duplicate images of digits
     assert len(_rows(public) | _rows(pool)) == len(_rows(digits.train))
@@ -184,7 +184,7 @@ def test_public_split_is_class_balanced_and_removed(digits: DataSplits) -> None:
     odd, _ = split_public(digits.train, 33, rng=np.random.default_rng(0))
     assert sorted(odd.class_counts()) == [3] * 7 + [4] * 3
     overlap, full = split_public(digits.train, 20, rng=np.random.default_rng(0), overlap=True)
-    assert full is digits.train and len(overlap) == 20  # seed_002 App. E: public also at the devices
+    assert full is digits.train and len(overlap) == 20  # sself spec App. E: public also at the devices
 
 
 def test_public_split_fraction_and_errors(digits: DataSplits) -> None:

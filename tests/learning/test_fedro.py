@@ -1,4 +1,4 @@
-"""FedRo's recommend (n̂, b̂) and the κ robustness coefficients (seed_004 §2.3, §3)."""
+"""FedRo's recommend (n̂, b̂) and the κ robustness coefficients (fedro spec §2.3, §3)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from learning.strategies import (
 )
 from learning.robust import NNM, Chain
 
-# --- worked examples and test vectors of seed_004 §3 -------------------------------------------------------------
+# --- worked examples and test vectors of fedro spec §3 -------------------------------------------------------------
 
 
 def test_worked_example_femnist() -> None:
@@ -207,7 +207,7 @@ def _instance(g: np.random.Generator, n: int, f: int, d: int, kind: int) -> np.n
 
 
 def test_kappa_bounds_never_violated_on_random_instances() -> None:
-    """Definition 2 over *every* subset S of n − f inputs (robustness_ratio), seed_004 §2.3 stress test."""
+    """Definition 2 over *every* subset S of n − f inputs (robustness_ratio), fedro spec §2.3 stress test."""
     g = np.random.default_rng(2024)
     # The smoothed Weiszfeld iterate approximates the geometric median: allow 1e-12 of absolute slack (mimic makes
     # subsets with zero spread, where the exact rule returns the repeated point).

@@ -28,17 +28,17 @@ def _one_thread() -> None:
 
 # name, params, expected parameter count (spec where the count is printed), input, output shape
 CASES = [
-    ("femnist_cnn", {}, 2_368_318, torch.zeros(2, 1, 28, 28), (2, 62)),  # seed_004 §5
-    ("lenet5", {}, 62_006, torch.zeros(2, 3, 32, 32), (2, 10)),  # seed_000 §4.3
-    ("fmnist_cnn", {}, 44_426, torch.zeros(2, 1, 28, 28), (2, 10)),  # seed_001 §4
-    ("small_cnn", {}, 6_090, torch.zeros(2, 1, 8, 8), (2, 10)),  # the bundled 8×8 digits (issue 33)
-    ("vgg11", {}, 9_750_922, torch.zeros(2, 3, 32, 32), (2, 10)),  # seed_001 §4
+    ("femnist_cnn", {}, 2_368_318, torch.zeros(2, 1, 28, 28), (2, 62)),  # fedro spec §5
+    ("lenet5", {}, 62_006, torch.zeros(2, 3, 32, 32), (2, 10)),  # unavailability spec §4.3
+    ("fmnist_cnn", {}, 44_426, torch.zeros(2, 1, 28, 28), (2, 10)),  # mimic spec §4
+    ("small_cnn", {}, 6_090, torch.zeros(2, 1, 8, 8), (2, 10)),  # the bundled 8×8 digits
+    ("vgg11", {}, 9_750_922, torch.zeros(2, 3, 32, 32), (2, 10)),  # mimic spec §4
     ("mlp", {"in_features": 64, "hidden": [64], "num_classes": 10}, 4_810, torch.zeros(2, 64), (2, 10)),  # W1
-    ("mlp", {"in_features": 64, "hidden": [32], "init": "he"}, 2_410, torch.zeros(2, 64), (2, 10)),  # seed_001 §6.1
-    ("mlp", {"in_features": 20, "hidden": [32]}, 1_002, torch.zeros(2, 20), (2, 10)),  # seed_004 §6
-    ("logreg", {"in_features": 60, "num_classes": 10}, 610, torch.zeros(2, 60), (2, 10)),  # seed_000 §4.4
-    ("logreg", {"in_features": 20, "num_classes": 10}, 210, torch.zeros(2, 20), (2, 10)),  # seed_003 §7.3
-    ("char_lstm", {}, 133_520, torch.zeros(2, 80, dtype=torch.int64), (2, 80)),  # seed_003 §4.1
+    ("mlp", {"in_features": 64, "hidden": [32], "init": "he"}, 2_410, torch.zeros(2, 64), (2, 10)),  # mimic spec §6.1
+    ("mlp", {"in_features": 20, "hidden": [32]}, 1_002, torch.zeros(2, 20), (2, 10)),  # fedro spec §6
+    ("logreg", {"in_features": 60, "num_classes": 10}, 610, torch.zeros(2, 60), (2, 10)),  # unavailability spec §4.4
+    ("logreg", {"in_features": 20, "num_classes": 10}, 210, torch.zeros(2, 20), (2, 10)),  # cmfl spec §7.3
+    ("char_lstm", {}, 133_520, torch.zeros(2, 80, dtype=torch.int64), (2, 80)),  # cmfl spec §4.1
     ("word_lstm", {"vocab_size": 50, "hidden": 16}, None, torch.zeros(2, 25, dtype=torch.int64), (2, 2)),
 ]
 
@@ -66,13 +66,13 @@ def test_femnist_cnn_layer_counts_match_the_spec_breakdown() -> None:
 
 
 def test_char_lstm_code_variant() -> None:
-    # seed_003 [C]: (seq 80, embedding 80, hidden 256)
+    # cmfl spec [C]: (seq 80, embedding 80, hidden 256)
     model = build_model(model_spec("char_lstm", {"embed_dim": 80, "hidden": 256}), seed=0)
     lstm = 4 * 256 * (80 + 256) + 8 * 256 + 4 * 256 * (256 + 256) + 8 * 256
     assert parameter_count(model) == 80 * 80 + lstm + 256 * 80 + 80
 
 
-def test_registry_has_every_model_of_the_issue() -> None:
+def test_registry_has_every_model_the_papers_use() -> None:
     assert {"logreg", "mlp", "lenet5", "fmnist_cnn", "femnist_cnn", "vgg11", "char_lstm"} <= set(MODELS)
 
 
@@ -114,7 +114,7 @@ def test_logreg_is_zero_initialised() -> None:
     assert torch.count_nonzero(_vector(model)) == 0
 
 
-def test_lenet5_init_follows_seed_000() -> None:
+def test_lenet5_init_follows_unavailability spec() -> None:
     model = _no_grad(build_model(model_spec("lenet5"), seed=0))
     for fc in (model.fc1, model.fc2, model.fc3):
         assert torch.count_nonzero(fc.bias) == 0

@@ -96,8 +96,8 @@ def test_dirichlet_per_class_covers_and_large_alpha_is_iid(digits: Dataset) -> N
         partition_dataset(DirichletPartition(num_clients=10, alpha=0.01, min_samples=140), digits, seed=0)
 
 
-def test_dirichlet_per_client_seed_000(digits: Dataset) -> None:
-    # seed_000 §4.3 / §6.1 item 11: exact size per client, no sample twice, exhaustion handled, skew
+def test_dirichlet_per_client_unavailability spec(digits: Dataset) -> None:
+    # unavailability spec §4.3 / §6.1 item 11: exact size per client, no sample twice, exhaustion handled, skew
     spec = DirichletPartition(num_clients=14, alpha=0.1, scheme="per_client")
     part = partition_dataset(spec, digits, seed=0)
     assert part.sizes().tolist() == [1437 // 14] * 14
@@ -117,7 +117,7 @@ def test_dirichlet_per_client_seed_000(digits: Dataset) -> None:
 
 
 def test_k_classes_seed_001_fmnist_shape() -> None:
-    # seed_001 §4: 60,000 FMNIST images, 30 clients, 2 classes and 2,000 samples each
+    # mimic spec §4: 60,000 FMNIST images, 30 clients, 2 classes and 2,000 samples each
     data = labels_only([6000] * 10)
     part = partition_dataset(KClassesPartition(num_clients=30, classes_per_client=2), data, seed=0)
     stats = part.stats(data)
@@ -143,7 +143,7 @@ def test_k_classes_exactly_k_distinct_classes(clients: int, k: int, digits: Data
 
 
 def test_k_classes_fixed_size_seed_001_reproduction(digits: Dataset) -> None:
-    # seed_001 §6.1: N = 20, 2 classes per client, each class in 4 shards; digits' smallest class (133 in this
+    # mimic spec §6.1: N = 20, 2 classes per client, each class in 4 shards; digits' smallest class (133 in this
     # pool) bounds the equal shard size at 33, i.e. 66 per client (the spec's "about 72" uses unequal shards)
     auto = partition_dataset(KClassesPartition(num_clients=20, classes_per_client=2), digits, seed=0)
     assert auto.sizes().tolist() == [66] * 20
@@ -241,7 +241,7 @@ def test_config_boundary() -> None:
         partition_spec("dirichlet", {"num_clients": 10, "alpha": 0.5, "scheme": "per_writer"})
 
 
-# --- fixed class pairs (seed_001 §6.1 S5): client i holds classes 2(i mod P) and 2(i mod P)+1
+# --- fixed class pairs (mimic spec §6.1 S5): client i holds classes 2(i mod P) and 2(i mod P)+1
 
 
 def class_sets(part: Partition, data: Dataset) -> list[set[int]]:

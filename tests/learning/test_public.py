@@ -1,4 +1,4 @@
-"""The public-data evaluator of Sself (seed_002 eq. 4, §1.3, §7.1): entropy implementations, F_pub, determinism,
+"""The public-data evaluator of Sself (sself spec eq. 4, §1.3, §7.1): entropy implementations, F_pub, determinism,
 memo, and the sign-flipped-model pitfall on a real trained MLP."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from learning.training import PublicScorer, log_softmax64, prediction_entropy, p
 from learning.strategies import ClientUpdate, RoundInfo, Sself
 from learning.training import LocalTrainer, LocalTrainingConfig
 
-SPEC = MLPSpec(in_features=64, hidden=(64, 32), num_classes=10, init="he")  # seed_002 §6.1: 64-64-32-10, He
+SPEC = MLPSpec(in_features=64, hidden=(64, 32), num_classes=10, init="he")  # sself spec §6.1: 64-64-32-10, He
 
 
 pytestmark = pytest.mark.usefixtures("deterministic_torch")  # (tests/learning/conftest.py)
@@ -58,7 +58,7 @@ def test_exact_entropy_matches_the_definition() -> None:
 
 
 def test_naive_float32_entropy_is_nan_once_a_probability_underflows() -> None:
-    """seed_002 §7.1: the textbook float32 −Σ p ln p gives NaN from a logit gap of ≈ 104 (87 with FTZ)."""
+    """sself spec §7.1: the textbook float32 −Σ p ln p gives NaN from a logit gap of ≈ 104 (87 with FTZ)."""
     mild = np.array([[0.0, 80.0] + [0.0] * 8], dtype=np.float32)
     steep = np.array([[0.0, 120.0] + [0.0] * 8], dtype=np.float32)
     assert np.isfinite(prediction_entropy(mild, impl="naive_float32")).all()
@@ -175,7 +175,7 @@ def test_scorer_is_strict(digits) -> None:
         PublicScorer(SPEC, public.subset(np.arange(0)))
 
 
-# --- seed_002 §7.1: the sign-flipped ×10 model ------------------------------------------------------------------
+# --- sself spec §7.1: the sign-flipped ×10 model ------------------------------------------------------------------
 
 
 def _clients(pool: Dataset, w: np.ndarray, trainer: LocalTrainer, n: int) -> list[np.ndarray]:
@@ -190,7 +190,7 @@ def _clients(pool: Dataset, w: np.ndarray, trainer: LocalTrainer, n: int) -> lis
 
 
 def test_sign_flipped_model_entropy_pitfall(digits, trained) -> None:
-    """D1/D2 of seed_002 §6.3 and the filter's behaviour in both entropy modes (§7.1).
+    """D1/D2 of sself spec §6.3 and the filter's behaviour in both entropy modes (§7.1).
 
     exact: the −10·w model is over-confident (entropy ≈ 0 ≤ benign), so the entropy rule keeps it; only its huge
     public loss gives it a tiny β. naive_float32: its entropy is NaN and the non-finite rule rejects it.

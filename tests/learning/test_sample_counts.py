@@ -1,4 +1,4 @@
-"""Bounded sample counts (issue 31 item 7): ``learning.cap_sample_counts``, the rule every validator and the auditor
+"""Bounded sample counts: ``learning.cap_sample_counts``, the rule every validator and the auditor
 re-execute before a data-size-weighted aggregation."""
 
 import random

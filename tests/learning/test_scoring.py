@@ -1,4 +1,4 @@
-"""CMFL scoring (learning/robust/_cmfl.py): eq. 7/8, the median variant and the centroid identity (seed_003)."""
+"""CMFL scoring (learning/robust/_cmfl.py): eq. 7/8, the median variant and the centroid identity (cmfl spec)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_distance_matrix_rows_are_the_members_rows_bit_for_bit() -> None:
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(1, 8), c=st.integers(1, 6), d=st.integers(1, 12), seed=st.integers(0, 2**32 - 1))
 def test_eq8_forms_and_centroid_identity(n: int, c: int, d: int, seed: int) -> None:
-    """seed_003 §7.8 item 1: C/Σ_c‖g−r_c‖² = 1/(‖g−r̄‖² + V) = C/Σ_c(1/P_k^c)."""
+    """cmfl spec §7.8 item 1: C/Σ_c‖g−r_c‖² = 1/(‖g−r̄‖² + V) = C/Σ_c(1/P_k^c)."""
     u = updates(n, d, seed, np.float64)
     refs = updates(c, d, seed + 1, np.float64) * 2
     dist = distance_matrix(refs, u)
@@ -73,7 +73,7 @@ def test_zero_distances_are_floored() -> None:
 
 
 def test_crafted_reference_steers_eq8_but_not_the_median() -> None:
-    """seed_003 §7.8 item 9: r_bad = C·z − Σ_honest r_c puts the committee centroid on a malicious update z."""
+    """cmfl spec §7.8 item 9: r_bad = C·z − Σ_honest r_c puts the committee centroid on a malicious update z."""
     g = np.random.default_rng(7)
     d, n_honest, c = 30, 10, 5
     honest_updates = g.standard_normal((n_honest, d)) * 0.1 + 1.0

@@ -1,4 +1,4 @@
-"""MimiC, uniform FedAvg and SCAFFOLD (seed_001 §2.2-§2.6): the §2.3 invariants and §6.3 A1-A4, A6 on real
+"""MimiC, uniform FedAvg and SCAFFOLD (mimic spec §2.2-§2.6): the §2.3 invariants and §6.3 A1-A4, A6 on real
 gradient steps (quadratic clients f_i = ½ Σ h_i (w − a_i)², and the digits MLP), state codecs, strict params."""
 
 from __future__ import annotations

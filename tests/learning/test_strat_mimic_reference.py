@@ -1,4 +1,4 @@
-"""MimiC against an independent float64 re-implementation of seed_001's pseudo-code (§2.1 LocalTrain, §2.3
+"""MimiC against an independent float64 re-implementation of mimic spec's pseudo-code (§2.1 LocalTrain, §2.3
 Algorithm 1, §2.0 Conventions G and D, §2.7 schedule), round by round, through the real strategy object.
 
 The reference below shares no code with :mod:`learning.strategies._mimic`: it keeps its own correction table, its own
@@ -93,7 +93,7 @@ def s4_schedule(seed: int = 5) -> list[list[int]]:
     return out
 
 
-# --- the independent reference (seed_001 §2.1, §2.3, §2.0) -------------------------------------------------------
+# --- the independent reference (mimic spec §2.1, §2.3, §2.0) -------------------------------------------------------
 
 
 def ref_lr(t: int) -> float:

@@ -1,4 +1,4 @@
-"""Sself and the straggler baselines (seed_002 §2.2, §2.3, §6.3 unit checks, §7.2), and the straggler availability.
+"""Sself and the straggler baselines (sself spec §2.2, §2.3, §6.3 unit checks, §7.2), and the straggler availability.
 
 The scores of the unit tests come from ``TablePublic``, a PublicEval that answers from a table keyed by the exact
 float32 model bytes ``float32(w_i + Δ_k)``: it fails loudly if a strategy scores any other vector. The real

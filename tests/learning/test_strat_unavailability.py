@@ -1,4 +1,4 @@
-"""seed_000 strategies (FedAvg_v, FedProx_v, FedProx, MIFA, cclip, GM, bucketing) against spec §6.1 R0 and §6.3.
+"""unavailability spec strategies (FedAvg_v, FedProx_v, FedProx, MIFA, cclip, GM, bucketing) against spec §6.1 R0 and §6.3.
 
 The client side runs on a real host trainer for quadratic clients ``f_i(w) = ½‖w − a_i‖²`` (gradient ``w − a_i``):
 ``s`` local (momentum) gradient steps with an optional proximal term, exactly what ``learning.training._local`` does
@@ -238,9 +238,9 @@ def test_lower_bound_1_companion() -> None:
 # --- MIFA ----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("variant", ["seed000", "seed001"])
+@pytest.mark.parametrize("variant", ["unavailability", "mimic", "seed000", "seed001"])
 def test_mifa_equals_fedavg_under_full_participation(variant: str) -> None:
-    """seed_001 §2.3 item 2 / seed_000 §2.5: with every member active MIFA is FedAvg (decaying η_t, s = 3)."""
+    """mimic spec §2.3 item 2 / unavailability spec §2.5: with every member active MIFA is FedAvg (decaying η_t, s = 3)."""
     m, d = 8, 5
     targets = RNG.normal(size=(m, d))
     mifa, avg = Federation(MIFA(variant=variant), targets, steps=3), Federation(FedAvg(), targets, steps=3)
@@ -250,6 +250,23 @@ def test_mifa_equals_fedavg_under_full_participation(variant: str) -> None:
         x, y = mifa.round(x, range(m), lr).model, avg.round(y, range(m), lr).model
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     assert np.abs(x).max() > 0.1
+
+
+@pytest.mark.parametrize(("name", "former"), [("unavailability", "seed000"), ("mimic", "seed001")])
+def test_mifa_variant_by_paper_name_is_its_former_id(name: str, former: str) -> None:
+    """``variant`` names the paper whose weights MIFA uses, or gives its former id: the same models, and the
+    record keeps the value as written (a chain written with the former id re-executes as it was)."""
+    m, d = 6, 4
+    sizes = (3, 1, 7, 2, 11, 5) if name == "unavailability" else ()
+    targets = RNG.normal(size=(m, d))
+    a = Federation(MIFA(variant=name, sizes=sizes), targets, steps=2, n_samples=list(sizes) or None)
+    b = Federation(MIFA(variant=former, sizes=sizes), targets, steps=2, n_samples=list(sizes) or None)
+    x = y = np.ones(d, dtype=np.float32)
+    for t, active in enumerate(([0, 1, 2, 3, 4, 5], [0, 2], [1, 3, 5], [4])):
+        ra, rb = a.round(x, active, 0.1 / (t + 1)), b.round(y, active, 0.1 / (t + 1))
+        x, y = ra.model, rb.model
+        assert (ra.record["variant"], rb.record["variant"]) == (name, former)
+    np.testing.assert_array_equal(x, y)
 
 
 def test_mifa_population_weights_equal_fedavg_sample_weights() -> None:
@@ -441,7 +458,7 @@ def test_bad_learning_rate_in_upload_is_rejected_not_fatal() -> None:
 
 
 def test_strategy_owned_schedule_matches_the_host_schedule() -> None:
-    """With ``lr`` set (seed_001-style, same keys as MimiC) the strategy's schedule drives both sides: the
+    """With ``lr`` set (mimic spec-style, same keys as MimiC) the strategy's schedule drives both sides: the
     client ignores ``job.lr``, uploads the bare vector, and the run equals the host-rate run with that schedule."""
     m, d = 6, 4
     targets = RNG.normal(size=(m, d))
@@ -515,6 +532,7 @@ def test_bit_reproducible_and_empty_round(strat: Strategy) -> None:
         ("mifa", {"variant": "seed002"}, "variant"),
         ("mifa", {"units": "raw"}, "units"),
         ("mifa", {"variant": "seed001", "sizes": [1, 2]}, "sizes apply"),
+        ("mifa", {"variant": "mimic", "sizes": [1, 2]}, "sizes apply"),
         ("cclip", {"tau": 0.0}, "tau"),
         ("cclip", {"iterations": 0}, "iterations"),
         ("cclip", {"bucket_size": -1}, "bucket_size"),
@@ -541,11 +559,11 @@ def test_sizes_must_match_the_federation() -> None:
     assert strategy_from_params("gm", {"sizes": [1, 2, 3], "clients": 2, "committee_size": 4}).sizes == (1, 2, 3)
 
 
-# --- seed_004 Fig. 2 takeover ----------------------------------------------------------------------------------
+# --- fedro spec Fig. 2 takeover ----------------------------------------------------------------------------------
 
 
 def test_fedro_takeover_fires_only_above_f() -> None:
-    """seed_004 §4/§8 item 5: b̂_t = #Byzantine among the n̂ sampled; b̂_t > b̂ ⇒ x_{t+1} = 0, else plain FedRo."""
+    """fedro spec §4/§8 item 5: b̂_t = #Byzantine among the n̂ sampled; b̂_t > b̂ ⇒ x_{t+1} = 0, else plain FedRo."""
     m, d = 10, 6
     byz = ["p007", "p008", "p009"]
     strat = strategy_from_params("fedro_takeover", {"clients": 7, "f": 2, "takeover_peers": byz})

@@ -78,7 +78,7 @@ def reference_sgd(theta, data, config, lr, seed, *, dtype=torch.float64, correct
         LocalTrainingConfig(steps=7, batch_size=16, momentum=0.9),
         LocalTrainingConfig(steps=7, batch_size=16, momentum=0.9, nesterov=True, weight_decay=1e-3),
         LocalTrainingConfig(steps=7, batch_size=16, weight_decay=1e-4),
-        LocalTrainingConfig(steps=7, batch_size=16, prox_mu=0.5, momentum=0.9),  # seed_000 FedProx local program
+        LocalTrainingConfig(steps=7, batch_size=16, prox_mu=0.5, momentum=0.9),  # unavailability spec FedProx local program
     ],
     ids=["sgd", "momentum", "nesterov-wd", "wd", "fedprox-momentum"],
 )
@@ -258,7 +258,7 @@ def test_char_lstm_trains_deterministically() -> None:
 
 
 def run_w1(rounds: int, digits) -> float:
-    """W1 (notes/benchmarks.md): digits /16, 80/20 seed 0, IID 20 clients, MLP 64-64-10, 10 steps lr 0.05 B 32."""
+    """W1 (benchmarks/README.md): digits /16, 80/20 seed 0, IID 20 clients, MLP 64-64-10, 10 steps lr 0.05 B 32."""
     part = partition_dataset(IIDPartition(num_clients=20), digits.train, seed=0)
     clients = part.client_datasets(digits.train)
     trainer = w1_trainer()

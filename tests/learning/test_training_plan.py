@@ -1,4 +1,4 @@
-"""Training as the network agreed it (issue 33 item 5): Adam/AdamW, gradient clipping, label smoothing, custom
+"""Training as the network agreed it: Adam/AdamW, gradient clipping, label smoothing, custom
 loops, the :class:`learning.TrainingPlan` a genesis pins, and the scenario's ``[training]`` plan; the SGD default
 computes the very bits it computed before these existed."""
 

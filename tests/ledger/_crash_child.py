@@ -4,26 +4,11 @@ Usage: python _crash_child.py LEDGER_DIR  (creates the ledger if absent, resumes
 Prints "ready <height>" once the store is open, then appends forever.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
 from ledger.store import create_ledger, open_ledger
-
-
-def _ledger_demo() -> type:
-    """``sim.LedgerDemo`` without importing the ``sim`` package (its ``__init__`` imports torch: ~3 s a start,
-    and the test starts this child 24 times). The module itself imports only ``ledger``."""
-    path = Path(__file__).resolve().parents[2] / "sim" / "_ledger_demo.py"
-    spec = importlib.util.spec_from_file_location("_crash_child_ledger_demo", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module.LedgerDemo  # type: ignore[no-any-return]
-
-
-LedgerDemo = _ledger_demo()
+from ledger.testing import LedgerDemo  # imports only ledger: no torch in a child the test starts 24 times
 
 
 def main() -> None:

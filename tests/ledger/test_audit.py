@@ -14,7 +14,7 @@ from ledger import (
     make_proof,
     verify_proof,
 )
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 
 def _chain(n=4):

@@ -1,4 +1,4 @@
-"""Bounded block time (issue 31 item 5): what the header type, the genesis and the audit check of ``time_ms``.
+"""Bounded block time: what the header type, the genesis and the audit check of ``time_ms``.
 
 A block time is at least the previous block's (a chain rule, ``test_chain.py``), at most ``2^63 - 1`` (the header
 type), and, audited with a clock, at most that clock plus a tick plus the genesis' ``time_drift_ms``. The drift is
@@ -30,7 +30,7 @@ from ledger import (
     sign_commit,
 )
 from ledger import ChainContext, apply_block
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 
 def _header(time_ms: int) -> dict:

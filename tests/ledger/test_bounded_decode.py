@@ -1,4 +1,4 @@
-"""Bounded decoding (issue 31 item 3): ``decode(data, budget=...)`` gives exactly the verdicts and values of the
+"""Bounded decoding: ``decode(data, budget=...)`` gives exactly the verdicts and values of the
 unbounded ``decode`` on every input within its budget, refuses an input past its budget before building anything,
 and its cost estimate is an upper bound of what msgpack builds."""
 

@@ -26,7 +26,7 @@ from ledger import (
     sign_message,
     sign_update,
 )
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ledger import audit_chain
 from ledger.store import open_ledger
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 KILLS = 24

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import Block, DecodeError, Genesis, LedgerError, Payload, decode, encode
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 scalars = (
     st.none()

@@ -24,7 +24,7 @@ import pytest
 
 from concilium.cli import main
 from ledger.store import create_ledger, open_ledger
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 CHILD = Path(__file__).with_name("_readonly_child.py")
 N = 4  # blocks in every ledger here
@@ -102,7 +102,7 @@ def _commands(states: dict[str, Path]) -> list[tuple[str, list[str]]]:
     for name, d in states.items():
         L = str(d)
         cmds += [
-            (name, ["ledger", "verify", L, "--reexec", "no"]),  # (a demo's rounds are synthetic: issue 32 item 3)
+            (name, ["ledger", "verify", L, "--reexec", "no"]),  # (a demo's rounds are synthetic: nothing to re-execute)
             (name, ["ledger", "verify", L, "--expect-height", str(N), "--reexec", "no"]),
             (name, ["ledger", "show", L]),
             (name, ["ledger", "show", L, "2"]),

@@ -20,7 +20,7 @@ from ledger import (
     sha256,
 )
 from ledger.store import SCHEMA_VERSION, CorruptStoreError, FileBlobStore, MemoryBlobStore, SqliteBlockStore, create_ledger, open_ledger
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 
 def _demo(n=5):

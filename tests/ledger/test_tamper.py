@@ -6,7 +6,7 @@ import pytest
 
 from ledger import audit_chain
 from ledger.store import create_ledger, open_ledger
-from sim import LedgerDemo
+from ledger.testing import LedgerDemo
 
 
 def _chain(n=3, updates=3):

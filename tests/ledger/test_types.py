@@ -17,7 +17,7 @@ from ledger import (
     encode,
     genesis_committee,
 )
-from sim import demo_genesis
+from ledger.testing import demo_genesis
 
 
 def _keys(n):

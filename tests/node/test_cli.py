@@ -75,7 +75,7 @@ def test_keygen_and_genesis_create(capsys, tmp_path):
 def test_verify_show_export_proof(capsys, demo_ledger, tmp_path):
     L = str(demo_ledger / "ledger")
     code, out, _ = run(capsys, "ledger", "verify", L, "--genesis", str(demo_ledger / "genesis.toml"))
-    # (a demo's rounds are synthetic: nothing re-executes them, so no OK without --reexec no: issue 32 item 3)
+    # (a demo's rounds are synthetic: nothing re-executes them, so no OK without --reexec no)
     assert code == 3 and out.startswith("NOT RE-EXECUTED: chain concilium-demo verified, 6 blocks") and out.count("\n") == 1
     code, out, _ = run(capsys, "ledger", "verify", L, "--genesis", str(demo_ledger / "genesis.toml"), "--reexec", "no")
     assert code == 0 and out.startswith("OK: chain concilium-demo verified, 6 blocks") and out.count("\n") == 1
@@ -185,7 +185,7 @@ def test_corrupted_sqlite_file_gives_one_line_error(capsys, ledger_copy):
 
 
 def test_sim_run_into_a_log_file_writes_plain_progress_lines(tmp_path):
-    """Issue 32 item 5: with stderr not a terminal (a log file, a pipe), ``sim run`` shows progress as plain lines,
+    """With stderr not a terminal (a log file, a pipe), ``sim run`` shows progress as plain lines,
     one every tenth of the run (every round here), never a bar's carriage-return frames."""
     r = subprocess.run([sys.executable, "-m", "concilium", "sim", "run", "quickstart", "--rounds", "4", "--out",
                         str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
@@ -196,7 +196,7 @@ def test_sim_run_into_a_log_file_writes_plain_progress_lines(tmp_path):
 
 
 def test_set_overrides_are_typed_validated_recorded_and_reproduced(capsys, tmp_path):
-    """Issue 32 item 4: ``--set KEY=VALUE`` (dotted, repeatable) overrides the scenario as the file would, the
+    """``--set KEY=VALUE`` (dotted, repeatable) overrides the scenario as the file would, the
     results folder's ``scenario.toml`` holds the effective scenario, and its reproduce command gives the same head;
     a bad one is one line and exit 2."""
     sets = ["--set", "training.lr=0.01", "--set", "protocol.params.aggregation_size=6", "--set", "data.partition=iid"]
@@ -220,7 +220,7 @@ def test_set_overrides_are_typed_validated_recorded_and_reproduced(capsys, tmp_p
 
 
 def test_sim_sweep_runs_every_combination_and_seed_and_verifies_each(capsys, tmp_path):
-    """Issue 32 item 4: ``sim sweep`` runs the product of its ``--grid`` values once per seed, each into a results
+    """``sim sweep`` runs the product of its ``--grid`` values once per seed, each into a results
     folder whose ``scenario.toml`` is the effective scenario, then a table and a plot; it exits 0 only because every
     run's ledger verified with re-execution. Bad grids and seeds are one line, exit 2, nothing written."""
     out = tmp_path / "sw"
@@ -260,7 +260,7 @@ def test_testnet_init_takes_set_overrides_into_its_scenario(capsys, tmp_path):
 
 
 def test_the_training_device_is_the_runs_and_the_nodes_own_choice(capsys, tmp_path):
-    """Issue 33 item 4: ``--device`` on ``sim run`` and ``node start`` (and ``device`` in a node config) overrides the
+    """``--device`` on ``sim run`` and ``node start`` (and ``device`` in a node config) overrides the
     scenario's; ``auto`` resolves on this machine (CUDA, else MPS, else the CPU) and the results record what ran; a
     device this machine lacks, or a name that is none, is one line and exit 2, checked at start."""
     from sim import resolve_device  # noqa: PLC0415
@@ -286,7 +286,7 @@ def test_the_training_device_is_the_runs_and_the_nodes_own_choice(capsys, tmp_pa
 
 
 def test_a_small_cnn_learns_the_bundled_digits(capsys, tmp_path):
-    """Issue 33 item 5: ``small_cnn`` fits the bundled 8×8 digits (``data.params.image = true``), where LeNet-5 needs
+    """``small_cnn`` fits the bundled 8×8 digits (``data.params.image = true``), where LeNet-5 needs
     16 pixels a side. 30 rounds of the quickstart with it: 0.889, 0.892 and 0.906 for seeds 0-2 on this AMD machine
     (the MLP's: 0.892, 0.900, 0.906); seed 0 under ATEN_CPU_CAPABILITY=default 0.892, =avx2 0.889. The bound leaves
     room for other CPUs' training bits."""

@@ -142,7 +142,7 @@ def test_an_invalid_ledger_exits_1_with_the_same_verdict_for_every_command(capsy
 
 def test_an_intact_ledger_exits_0_for_every_command(capsys, ledger):
     """The other half of the test above: the same commands on the untouched copy succeed. A demo ledger's rounds are
-    synthetic: ``verify`` re-executes none, so it says so and exits 3 (issue 32 item 3), and 0 with ``--reexec no``."""
+    synthetic: ``verify`` re-executes none, so it says so and exits 3, and 0 with ``--reexec no``."""
     peer = Block.decode(_value(ledger, "SELECT data FROM blocks WHERE height = 5")).payload.updates[0].peer
     for argv in _commands(ledger, peer):
         if argv[1] == "verify":

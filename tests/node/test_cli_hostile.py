@@ -1,4 +1,4 @@
-"""No traceback for any user input (issue 13 items 2 and 6).
+"""No traceback for any user input.
 
 A corpus of hostile inputs lives in ``tests/node/hostile/``: command lines (``argv.txt``), scenario files,
 genesis files and proofs. Every one must make ``concilium`` exit 2 with exactly one stderr line

@@ -1,4 +1,4 @@
-"""The committee-risk check of the real CLI (issue 31 item 2): ``genesis create`` and ``testnet init`` print the risk
+"""The committee-risk check of the real CLI: ``genesis create`` and ``testnet init`` print the risk
 and refuse a genesis over the budget (exit 2, one line, nothing written) unless ``--accept-risk`` (or the scenario's
 ``risk.accept``); ``genesis risk`` reports it; ``sim run`` only prints it."""
 
@@ -106,7 +106,7 @@ def test_genesis_risk_reports_a_genesis_or_a_population(capsys, tmp_path, peers)
     assert (code, err) == (1, "") and "OVER the budget" in out and "6 (safety), 1 (liveness)" in out
     code, out, err = run(capsys, "genesis", "risk", tmp_path / "g.toml", "--byzantine-fraction", "0.1")
     assert (code, err) == (0, "") and "within the budget" in out
-    # issue 31's figures: 7 of 100 at 20 %, 1,000 rounds
+    # the default figures: 7 of 100 at 20 %, 1,000 rounds
     code, out, err = run(capsys, "genesis", "risk", "--members", "100", "--committee-size", "7", "--risk-rounds", "1000",
                          "--redraws", "0")
     assert (code, err) == (1, "")

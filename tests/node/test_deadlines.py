@@ -1,4 +1,4 @@
-"""Round deadlines follow the model size and the genesis' link rate (issue 34 item 1, ``node._deadlines``)."""
+"""Round deadlines follow the model size and the genesis' link rate (``node._deadlines``)."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def test_the_read_pace_follows_the_planned_link_shared_by_every_stream() -> None
 
 def test_a_late_update_of_a_decided_round_serves_a_wanted_blob_instead_of_a_fetch(tmp_path: Path) -> None:
     """A validator that decided a block by its certificate still wants that round's update blobs (its archive, the
-    model); the trainer's own push of one, arriving after the block, is kept, not dropped as late (issue 34 item 1:
-    on a 100 Mbit/s link it had fetched 45 MB that had just arrived)."""
+    model); the trainer's own push of one, arriving after the block, is kept, not dropped as late (on a
+    100 Mbit/s link it had fetched 45 MB that had just arrived)."""
     from ledger import sha256, sign_update
     from learning import vector_to_blob
     from node._wire import Envelope, UpdatePacket

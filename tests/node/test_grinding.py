@@ -1,4 +1,4 @@
-"""A proposer grinding its block cannot choose who does what next (issue 31 item 1).
+"""A proposer grinding its block cannot choose who does what next.
 
 The attacker is the proposer of a real coordinator-mode block (a FedAvg ledger of the simulator, whose members'
 keys the test holds, so every variant is a block the chain accepts: re-signed by the proposer and certified by the

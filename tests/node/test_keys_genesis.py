@@ -9,7 +9,7 @@ from ledger import KeyPair
 from node._errors import ConfigFileError, KeyFileError
 from node.config import dump_genesis, load_genesis, save_genesis
 from node.keys import generate_key, load_key, save_key
-from sim import demo_genesis
+from ledger.testing import demo_genesis
 
 
 def test_key_file_is_0600_and_libp2p_compatible(tmp_path):

@@ -1,4 +1,4 @@
-"""A node's own config (issue 33): the ``[data]`` table, the ``[adversary]`` role and the initial model, read from
+"""A node's own config: the ``[data]`` table, the ``[adversary]`` role and the initial model, read from
 real files by the real loader; every refusal is one line naming the key."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""What a peer sends unasked is bounded in bytes, per sender and in all, and freed when its round ends (issue 31
-item 4): blobs nobody wanted (``NodeCore._hold_unsolicited``) and updates for a round this node has not reached
-(``_early``). Also: a node decodes a peer's envelope within the budget its field allows (issue 31 item 3), and
-every envelope of an honest run takes under half of it."""
+"""What a peer sends unasked is bounded in bytes, per sender and in all, and freed when its round ends: blobs nobody
+wanted (``NodeCore._hold_unsolicited``) and updates for a round this node has not reached (``_early``). Also: a node
+decodes a peer's envelope within the budget its field allows, and every envelope of an honest run takes under half of
+it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _sim(rounds: int = 3) -> Simulation:
 
 
 def _blobs(*blobs: bytes) -> bytes:
-    return Envelope(blobs=blobs).encode()  # type: ignore[attr-defined, no-any-return]
+    return Envelope(blobs=blobs).encode()
 
 
 @pytest.fixture
@@ -78,14 +78,14 @@ def test_an_early_update_is_held_only_at_an_updates_size() -> None:
     key = s.keys[sender]
     blob = os.urandom(1 << 20)
     c = sign_update(key, s.genesis.chain_id, 2, sha256(blob), 10)  # for the next round: held until it begins
-    node.on_message(sender, Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode())  # type: ignore[attr-defined]
+    node.on_message(sender, Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode())
     assert node.status().dropped["early update of the wrong size"] == 1 and not node._early  # noqa: SLF001
 
 
 def test_envelope_kind_reads_the_field_from_the_canonical_prefix() -> None:
     digest = bytes(32)
     for kind, env in [("blobs", Envelope(blobs=(b"x",))), ("want", Envelope(want=(digest,)))]:
-        assert envelope_kind(env.encode()) == kind  # type: ignore[attr-defined]
+        assert envelope_kind(env.encode()) == kind
     for bad in (b"", b"\x85", b"\x84\xa5blobs\xc0", b"\x85\xa5blobs\xc0\xa4pbft\xc0\xa6scores\xc0\xa6update\xc0\xa4want\xc0",
                 msgpack.packb({"want": [digest]}), b"\xdd\x00\x00\x00\x01\x80"):
         with pytest.raises(DecodeError):

@@ -1,7 +1,7 @@
-"""Shared runs: ``fast_all`` is ``benchmarks/reproduce.py all --fast`` over seed003 and seed004, run once per session.
+"""Shared runs: ``fast_all`` is ``benchmarks/reproduce.py all --fast`` over cmfl and fedro, run once per session.
 
-test_combined.py checks the combined report it writes; test_seed003.py and test_seed004.py check the two papers'
-own :class:`Report` objects from the same run. Each one is what ``seedNNN.reproduce(out, fast=True, workers=2)``
+test_combined.py checks the combined report it writes; test_cmfl.py and test_fedro.py check the two papers'
+own :class:`Report` objects from the same run. Each one is what ``<paper>.reproduce(out, fast=True, workers=2)``
 returned (``reproduce.run_paper`` makes exactly that call), so the fast subsets of these two papers are simulated
 once instead of twice (once through ``all``, once per paper).
 """
@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPERS = ("seed003", "seed004")  # the two quickest fast subsets
+PAPERS = ("cmfl", "fedro")  # the two quickest fast subsets
 
 
 @dataclasses.dataclass(frozen=True)
 class FastAll:
-    out: Path  # the --out folder: REPORT-fast.md, report-fast.json, seed003-fast/, seed004-fast/
+    out: Path  # the --out folder: REPORT-fast.md, report-fast.json, cmfl-fast/, fedro-fast/
     code: int  # reproduce.main's exit status
     papers: dict[str, Any]  # paper id -> its PaperResult, or the exception its runner raised
 

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import reproduce  # noqa: E402
-from benchmarks.repro import margins, seed000, seed001, seed002  # noqa: E402
+from benchmarks.repro import margins, unavailability, mimic, sself  # noqa: E402
 from benchmarks.repro._common import Report  # noqa: E402
 
 
@@ -38,10 +38,10 @@ def test_runs_are_the_paper_runners_runs() -> None:
     merged data, hence the same ledger); the extra seeds only add runs. No simulation."""
     by_claim = margins.plan(range(5))
     assert {k: len(v) for k, v in by_claim.items()} == {"B4-S4": 15, "R1-c": 20, "A11a": 10}
-    runner = {r.label: r for r in (*seed000.runs(fast=False), *seed001.plan(fast=False), *seed002.plan(fast=False))}
+    runner = {r.label: r for r in (*unavailability.runs(fast=False), *mimic.plan(fast=False), *sself.plan(fast=False))}
     ours = [r for runs in by_claim.values() for r in runs]
     assert len({r.label for r in ours}) == len(ours) and not any(r.plots for r in ours)
-    runner_seeds = {"B4-S4": seed001.SEEDS, "R1-c": seed000.SEEDS, "A11a": seed002.SEEDS}
+    runner_seeds = {"B4-S4": mimic.SEEDS, "R1-c": unavailability.SEEDS, "A11a": sself.SEEDS}
     shared = 0
     for claim, runs in by_claim.items():
         for r in runs:
@@ -50,7 +50,7 @@ def test_runs_are_the_paper_runners_runs() -> None:
             if r.label in runner:
                 assert r.scenario == runner[r.label].scenario and r.data() == runner[r.label].data(), r.label
                 shared += 1
-    assert shared == 3 * len(seed001.SEEDS) + 4 * len(seed000.SEEDS) + 2 * len(seed002.SEEDS) == 23
+    assert shared == 3 * len(mimic.SEEDS) + 4 * len(unavailability.SEEDS) + 2 * len(sself.SEEDS) == 23
 
 
 def _pct_accuracy(res) -> list[float]:  # type: ignore[no-untyped-def]
@@ -60,10 +60,10 @@ def _pct_accuracy(res) -> list[float]:  # type: ignore[no-untyped-def]
 def test_b4_margins_from_the_runs(tmp_path: Path) -> None:
     """Two seeds of S4 (FedAvg, MIFA, MimiC), a few rounds: every per-seed value equals the claim's quantity
     recomputed here from the run's own metrics.csv; mean/sd/min/max/passing/interval follow; the verdicts are
-    seed001.check_b4's; both report files hold the numbers."""
+    mimic.check_b4's; both report files hold the numbers."""
     res = margins.margins(tmp_path, seeds=(1, 0), workers=2, fast=True, claims=("B4-S4",), log=lambda _: None)
     assert res.seeds == (0, 1) and len(res.runs) == 6 and all(r.verified for r in res.runs.values())
-    assert all(len(r.rows) == margins.FAST_ROUNDS["seed001"] for r in res.runs.values())
+    assert all(len(r.rows) == margins.FAST_ROUNDS["mimic"] for r in res.runs.values())
     (claim,) = res.claims
     assert claim.claim == "B4-S4" and claim.consistent and res.ok
 
@@ -91,7 +91,7 @@ def test_b4_margins_from_the_runs(tmp_path: Path) -> None:
     for s in (0, 1):  # each seed's verdict from the module: all three quantities of that seed clear their threshold
         assert claim.per_seed[s] is all(v[s] >= thresholds[k] for k, v in want.items())
     scratch = Report("t", "t")
-    seed001.check_b4(scratch, res.runs, (0, 1), ("S4",))
+    mimic.check_b4(scratch, res.runs, (0, 1), ("S4",))
     assert claim.runner["passed"] is all(c.passed for c in scratch.claims)
     assert claim.runner["seeds"] == [0, 1] and claim.runner["partial"]  # the runner's seeds are 0-2
     assert claim.runner["measured"].startswith("B4a-S4: " + scratch.claims[0].measured)
@@ -114,14 +114,14 @@ def test_b4_margins_from_the_runs(tmp_path: Path) -> None:
 
 def test_cli_rejects_seeds_for_papers(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        reproduce.main(["seed001", "--seeds", "3"])
+        reproduce.main(["mimic", "--seeds", "3"])
     assert "--seeds applies to margins only" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_all_claims_fast(tmp_path: Path) -> None:
     """The three claims' runs (2 seeds, FAST): every ledger verified, verdicts consistent, R1-c's runner seeds
-    complete (seed000 runs seeds 0 and 1)."""
+    complete (unavailability runs seeds 0 and 1)."""
     assert reproduce.main(["margins", "--seeds", "2", "--fast", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "margins-fast" / "margins.json").read_text())
     assert list(data["claims"]) == list(margins.CLAIMS) and len(data["runs"]) == 18

@@ -1,5 +1,5 @@
 """The audit is portable: a ledger re-verifies, with full re-execution, under other BLAS kernels and with numpy's
-SIMD paths off (DESIGN.md "Apps": what the audit re-executes is float64 in a fixed order, so any x86-64 machine
+SIMD paths off (docs/design.md, "Apps": what the audit re-executes is float64 in a fixed order, so any x86-64 machine
 re-verifies any ledger).
 
 The ledgers come from bundled scenarios whose rules lean on BLAS and numpy reductions: CMFL's distances
@@ -34,17 +34,17 @@ def _with_params(sc, **params):
 
 def _scenarios():
     corrupt = load_scenario(SCENARIOS / "coordinator_corrupt.toml", rounds=3)
-    robust = load_scenario(SCENARIOS / "seed000_robust.toml", rounds=2, members=40)
+    robust = load_scenario(SCENARIOS / "unavailability_robust.toml", rounds=2, members=40)
     yield "quickstart", load_scenario(SCENARIOS / "quickstart.toml", rounds=3)
     yield "fedro-nnm-trimmed", corrupt
     yield "fedro-nnm-krum", _with_params(corrupt, aggregator="nnm(f=2) > krum(f=2)")
     yield "fedro-geometric-median", _with_params(corrupt, aggregator="nnm(f=2) > geometric_median")
-    yield "sself-multi-krum", _with_params(load_scenario(SCENARIOS / "seed002_sync_poison.toml", rounds=3),
+    yield "sself-multi-krum", _with_params(load_scenario(SCENARIOS / "sself_sync_poison.toml", rounds=3),
                                            aggregator="multi_krum", filter=False)
     yield "seed000-cclip", _with_params(robust, num_clients=40)
     # the entropy filter and loss weighting: a forward pass over the public split and numpy's exp/log, scored in
     # reproducible mode (learning.training._portable) by the simulation and by every audit
-    yield "sself-entropy", load_scenario(SCENARIOS / "seed002_sync_poison.toml", rounds=3)
+    yield "sself-entropy", load_scenario(SCENARIOS / "sself_sync_poison.toml", rounds=3)
 
 
 def _core_types() -> list[str]:

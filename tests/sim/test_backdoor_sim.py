@@ -1,4 +1,4 @@
-"""The seed_002 §3.4 backdoor through the real simulator: honest until ``adversary.from_round``, per-batch poisoning
+"""The sself spec §3.4 backdoor through the real simulator: honest until ``adversary.from_round``, per-batch poisoning
 and model replacement (boost) from then on, the attack success rate in metrics.csv / summary.json recomputed from
 the ledger, and the scenario keys validated."""
 
@@ -27,7 +27,7 @@ BACKDOOR = ("backdoor(target=2, poisoned_per_batch=20, rows=(0, 3), cols=(0, 4),
 
 
 def _write(tmp_path: Path, name: str, *, from_round: int, boost: float = 10.0, **adversary) -> Path:
-    with open(SCENARIOS / "seed002_backdoor.toml", "rb") as f:
+    with open(SCENARIOS / "sself_backdoor.toml", "rb") as f:
         d = tomllib.load(f)
     d["name"] = "bd-test"  # one name: every variant has the same keys and genesis
     d["rounds"], d["members"] = 4, 10
@@ -96,8 +96,8 @@ def test_backdoor_starts_at_from_round_boosts_and_reports_asr(tmp_path: Path) ->
 
 
 def test_metrics_have_no_asr_column_without_a_backdoor() -> None:
-    assert "asr" not in metric_columns(load_scenario(SCENARIOS / "seed002_sync_poison.toml"))
-    assert "asr" in metric_columns(load_scenario(SCENARIOS / "seed002_backdoor.toml"))
+    assert "asr" not in metric_columns(load_scenario(SCENARIOS / "sself_sync_poison.toml"))
+    assert "asr" in metric_columns(load_scenario(SCENARIOS / "sself_backdoor.toml"))
 
 
 def test_from_round_is_validated_and_unknown_keys_name_their_path(tmp_path: Path) -> None:
@@ -105,4 +105,4 @@ def test_from_round_is_validated_and_unknown_keys_name_their_path(tmp_path: Path
         load_scenario(_write(tmp_path, "zero", from_round=0))
     with pytest.raises(ConfigFileError, match="adversary.from_rond"):
         load_scenario(_write(tmp_path, "typo", from_round=3, from_rond=3))
-    assert load_scenario(SCENARIOS / "seed002_backdoor.toml").adversary.from_round == 11
+    assert load_scenario(SCENARIOS / "sself_backdoor.toml").adversary.from_round == 11

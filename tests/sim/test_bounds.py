@@ -1,10 +1,10 @@
-"""Bounded block time and bounded sample counts in the simulator (issue 31 items 5 and 7).
+"""Bounded block time and bounded sample counts in the simulator.
 
 * Block time: honest proposers of the simulator's virtual clock stay within even a 1 ms drift; a coordinator whose
   clock runs a day (or to ``2^63 - 1``) ahead has every proposal refused, is replaced by a view change and is
   accused of nothing (clocks differ: no proof); a member whose clock runs a day behind refuses honest proposals
   and the others commit without it; a crashed member's clock goes on (``NodeCore.lose_ticks``).
-* Sample counts: one FedAvg client claiming ``2^53 - 1`` samples in every update (the issue's attack) ends 30 rounds
+* Sample counts: one FedAvg client claiming ``2^53 - 1`` samples in every update (the attack) ends 30 rounds
   within 0.02 of the clean run's accuracy, weighing about ``4 / (9 + 4)`` of a round; without the cap
   (``n_samples_cap = 0``) it takes the whole weight of every round, and with a zero update it froze training
   (``slow``).
@@ -208,14 +208,14 @@ def _claims(in_reproducible_mode, *cases: str) -> dict:
 
 
 def test_fedavg_under_a_2_53_sample_claim_stays_within_0_02_of_the_clean_run(in_reproducible_mode):
-    """The issue's attack: one of 10 FedAvg clients signs ``n_samples = 2^53 - 1`` in every update, on seeds 0-2
+    """The attack: one of 10 FedAvg clients signs ``n_samples = 2^53 - 1`` in every update, on seeds 0-2
     (about 45 s).
 
     The accuracy gap of one pair of runs sits at the noise floor of 360 test samples (one sample is 0.0028): with the
-    genesis of issue 33 (another Byzantine client, the first outside another genesis committee) the gaps of seeds 0-7
-    are -0.022, -0.022, +0.008, -0.003, 0, -0.006, +0.017, +0.006, while the clean runs alone span 0.881-0.908. So
-    the issue's bound is checked on the mean gap of three seeds, and each seed's gap within 0.03 (one pair of
-    runs)."""
+    genesis that pins the training (another Byzantine client, the first outside another genesis committee) the gaps of
+    seeds 0-7 are -0.022, -0.022, +0.008, -0.003, 0, -0.006, +0.017, +0.006, while the clean runs alone span
+    0.881-0.908. So the 0.02 bound is checked on the mean gap of three seeds, and each seed's gap within 0.03 (one pair
+    of runs)."""
     r = _claims(in_reproducible_mode, "clean", "claim", "clean@1", "claim@1", "clean@2", "claim@2")
     gaps = [r[f"claim{s}"]["acc"] - r[f"clean{s}"]["acc"] for s in ("", "@1", "@2")]
     assert abs(sum(gaps) / len(gaps)) <= 0.02 and max(abs(g) for g in gaps) <= 0.03, (gaps, r)
@@ -227,7 +227,7 @@ def test_fedavg_under_a_2_53_sample_claim_stays_within_0_02_of_the_clean_run(in_
 @pytest.mark.slow  # about 30 s: three more 30-round runs
 def test_uncapped_the_claim_takes_every_round_and_with_a_zero_update_freezes_training(in_reproducible_mode):
     """``n_samples_cap = 0`` (the claims as signed): the claim takes the whole weight of every round; with a zero
-    update it froze training (the issue's observation). Capped, the frozen update only slows training."""
+    update it froze training. Capped, the frozen update only slows training."""
     r = _claims(in_reproducible_mode, "claim_uncapped", "frozen", "frozen_uncapped")
     assert min(r["claim_uncapped"]["weights"]) > 1 - 1e-9, r
     assert max(r["frozen"]["weights"]) < 0.31, r

@@ -1,4 +1,4 @@
-"""Byzantine peers against real node cores in the simulator (issue 13 item 1).
+"""Byzantine peers against real node cores in the simulator.
 
 A Byzantine peer runs the honest node code, and the fuzzer (``sim._fuzz``) tampers with what it sends the
 way a real Byzantine peer can: its own score rows, votes, pre-prepares and update commitments changed and
@@ -85,7 +85,7 @@ def _genesis_committee(sc) -> list[int]:
 
 
 def test_a_member_that_misquotes_a_trainer_in_its_score_row_is_blamed_not_the_trainer(tmp_path, fuzz_totals):
-    """The issue's reproduction: quickstart, 3 rounds; a committee member changes a trainer's commitment inside
+    """A framing attempt: quickstart, 3 rounds; a committee member changes a trainer's commitment inside
     its own score row (n_samples + 1, the trainer's signature kept) and re-signs the row. Before the fix the
     proposer built equivocation evidence against the trainer, its own replica refused the proposal and
     LocalProtocolError aborted the run."""
@@ -154,11 +154,11 @@ def test_fabricated_evidence_against_honest_peers_never_reaches_the_ledger(tmp_p
 
 
 def test_tampered_have_and_refused_envelopes_accuse_nobody_and_stall_nothing(tmp_path, fuzz_totals):
-    """Issue 31's two new envelopes under a Byzantine minority: ``have`` (the update commitments a validator tells
-    the primary of) with changed digests or rounds, or 64 made-up commitments; ``refused`` (a proposal relayed with
-    the evidence of its refusal) with a changed payload, or an honest primary's genuine pre-prepare relayed as if it
-    had been refused. Every view-0 coordinator is corrupt from round 2 (so validators do relay refusals), and two
-    of the seven validators tamper with everything of these kinds they send."""
+    """The two envelopes of the Byzantine-peer hardening under a Byzantine minority: ``have`` (the update commitments a
+    validator tells the primary of) with changed digests or rounds, or 64 made-up commitments; ``refused`` (a proposal
+    relayed with the evidence of its refusal) with a changed payload, or an honest primary's genuine pre-prepare relayed
+    as if it had been refused. Every view-0 coordinator is corrupt from round 2 (so validators do relay refusals), and
+    two of the seven validators tamper with everything of these kinds they send."""
     sc = _scenario("coordinator_corrupt", rounds=6)
     spec = FuzzSpec(members=(1, 4), seed=5, rate=1.0,
                     only=("have.digest", "have.fl_round", "have.flood", "refused.payload", "refused.honest"))

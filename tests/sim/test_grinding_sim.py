@@ -1,7 +1,7 @@
-"""A proposer that grinds its block time buys nothing (issue 31 item 1, whole simulations).
+"""A proposer that grinds its block time buys nothing (whole simulations).
 
 Every height's coordinator (view-0 primary) grinds: it tries up to 3,000 block times within the validators' drift and
-proposes the first whose block hash would have made it the next height's primary under the rule before issue 31
+proposes the first whose block hash would have made it the next height's primary under the former rule
 (``node.adversary.grind_for_next_primary``). Against that rule it won at every height where it sat on the next
 committee. Under the chain rules
 now, the run's roles are the clean run's, height by height: the same proposers, views, trainers and next committees,

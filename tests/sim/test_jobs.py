@@ -45,7 +45,7 @@ def test_a_job_host_built_alone_runs_the_simulations_jobs_bit_for_bit():
 
 
 def test_a_job_host_built_alone_backdoors_a_poisoned_jobs_minibatches_as_the_simulation_does():
-    bd = load_scenario(SCENARIOS / "seed002_backdoor.toml", members=10)
+    bd = load_scenario(SCENARIOS / "sself_backdoor.toml", members=10)
     sc = dataclasses.replace(_adversary(bd, from_round=1), training=dataclasses.replace(bd.training, epochs=1))
     s, host = Simulation(sc, workers=0), JobHost(sc)
     assert host.batch_attack is not None and not host.poisoned_data

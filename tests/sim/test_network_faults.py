@@ -1,4 +1,4 @@
-"""The simulator's network model and protocol faults (issue 5 items 2-3): per-link latency, partitions that
+"""The simulator's network model and protocol faults: per-link latency, partitions that
 heal, equivocating committee members. Real node cores, pBFT, signatures; small digits/MLP runs."""
 
 import math
@@ -76,7 +76,7 @@ def test_an_equivocating_committee_member_is_caught_with_evidence_and_the_chain_
         kinds = {ev.kind for h in range(1, store.height() + 1) for ev in store.get(h).payload.evidence}
     assert "equivocation" in kinds
     # the chain holds one of the member's two score rows, whose distances the stored updates contradict: the audit
-    # names that member and no one else (issue 31 item 8), and every other check passes
+    # names that member and no one else, and every other check passes
     store, blobs = open_ledger(tmp_path / "ledger", readonly=True)
     with store:
         report = audit_chain(store.genesis(), store.iter_rows(), blobs=blobs, reexecutor=reexecutor_for(store.genesis()))

@@ -1,4 +1,4 @@
-"""No orphaned processes (issue 13 item 5): killing only the main process of a real `concilium sim run` -
+"""No orphaned processes: killing only the main process of a real `concilium sim run` -
 SIGKILL as the OOM killer would, or SIGTERM - leaves neither a training worker nor the ledger writer alive,
 and the results ledger the writer left verifies (with re-execution, through the CLI)."""
 
@@ -154,7 +154,7 @@ def test_sigterm_of_the_main_process_is_a_clean_stop(tmp_path, capsys):
     assert _height(ledger) >= 2
     assert "OK" in _verify(ledger, capsys)
     assert not _leftover_tmp(ledger)
-    # the rounds completed are written too, marked partial, beside the ledger (issue 32 item 5)
+    # the rounds completed are written too, marked partial, beside the ledger
     summary = json.loads((out / "summary.json").read_text())
     with open(out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))

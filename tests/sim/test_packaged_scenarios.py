@@ -55,7 +55,7 @@ def test_wheel_carries_every_scenario_as_package_data(wheel: Path):
         bundled = sorted(n.removeprefix("sim/scenarios/") for n in names
                          if n.startswith("sim/scenarios/") and n.endswith(".toml"))
         assert bundled == _checkout_scenarios()
-        assert "full/seed004_femnist_fig2.toml" in bundled and "quickstart.toml" in bundled
+        assert "full/fedro_femnist_fig2.toml" in bundled and "quickstart.toml" in bundled
         assert zf.read("sim/scenarios/quickstart.toml") == (SCENARIOS / "quickstart.toml").read_bytes()
     # data, not a Python package: no top-level scenarios/ and no __init__.py among the scenario files
     assert not any(n.startswith("scenarios/") for n in names)
@@ -96,11 +96,11 @@ def test_installed_wheel_runs_a_bundled_scenario_by_name_outside_the_checkout(wh
 def test_checkout_links_the_package_scenarios_to_the_top_level_folder():
     link = ROOT / "sim" / "scenarios"
     assert link.is_symlink() and os.readlink(link) == "../scenarios"
-    assert not (SCENARIOS / "__init__.py").exists()  # never a Python package (DESIGN.md)
+    assert not (SCENARIOS / "__init__.py").exists()  # never a Python package (docs/design.md, "Layout")
     assert sim.default_scenario_path().samefile(SCENARIOS / "quickstart.toml")
     assert sorted(f"{n}.toml" for n in sim.bundled_scenario_names()) == _checkout_scenarios()
     names = sim.bundled_scenario_names()
-    assert names[0] == "committee_crash" and all("/" not in n for n in names[: names.index("quickstart")])
+    assert names[0] == "cmfl" and all("/" not in n for n in names[: names.index("quickstart")])
 
 
 @pytest.mark.parametrize(
@@ -110,12 +110,51 @@ def test_checkout_links_the_package_scenarios_to_the_top_level_folder():
         ("quickstart", "quickstart.toml"),
         ("coordinator_fedavg", "coordinator_fedavg.toml"),
         ("coordinator_fedavg.toml", "coordinator_fedavg.toml"),
-        ("full/seed004_femnist_fig2", "full/seed004_femnist_fig2.toml"),
+        ("full/fedro_femnist_fig2", "full/fedro_femnist_fig2.toml"),
         (str(SCENARIOS / "committee_crash.toml"), "committee_crash.toml"),
+        # the papers' former names, as names and as paths
+        ("seed001_corr", "mimic_corr.toml"),
+        ("seed003_cmfl", "cmfl.toml"),
+        ("seed004_fedro.toml", "fedro.toml"),
+        ("full/seed004_femnist_fig2", "full/fedro_femnist_fig2.toml"),
+        (str(SCENARIOS / "seed002_backdoor.toml"), "sself_backdoor.toml"),
+        (str(SCENARIOS / "full" / "seed000_cifar10_cclip.toml"), "full/unavailability_cifar10_cclip.toml"),
     ],
 )
 def test_resolve_scenario_takes_a_name_or_a_path(spec, expected):
     assert sim.resolve_scenario(spec).samefile(SCENARIOS / expected)
+
+
+def _former_name(name: str) -> str | None:
+    """``mimic_corr`` -> ``seed001_corr``, ``full/fedro_femnist_fig2`` -> ``full/seed004_femnist_fig2``, ``cmfl`` ->
+    ``seed003_cmfl``; None for a scenario of no paper."""
+    head, sep, stem = name.rpartition("/")
+    for old, new in sim.PAPER_ALIASES.items():
+        if stem == new or stem.startswith(new + "_"):
+            return head + sep + old + "_" + (new if stem == new else stem.removeprefix(new + "_"))
+    return None
+
+
+def test_every_former_scenario_name_resolves_and_loads_as_its_renamed_file():
+    """Each paper's scenario under its former name: the bundled name, a path to the old file (``resolve_scenario``
+    and ``load_scenario`` alike), and the ``name`` key the chain id derives from, which the renaming kept."""
+    renamed = {n: _former_name(n) for n in sim.bundled_scenario_names() if _former_name(n) is not None}
+    assert len(renamed) == 38 and "cmfl" in renamed and "full/fedro_femnist_fig3" in renamed
+    for new, old in renamed.items():
+        path = SCENARIOS / f"{new}.toml"
+        assert sim.current_scenario_name(old) == new and sim.current_scenario_name(f"{old}.toml") == f"{new}.toml"
+        assert sim.resolve_scenario(old).samefile(path), old
+        assert sim.resolve_scenario(SCENARIOS / f"{old}.toml").samefile(path), old
+        paper = old.rpartition("/")[2][:7]
+        assert tomllib.loads(path.read_text())["name"].startswith(paper), (new, "the name key keeps the former id")
+    old_path = SCENARIOS / "seed001_bounded.toml"
+    assert not old_path.exists()
+    assert sim.load_scenario(old_path, rounds=1) == sim.load_scenario(SCENARIOS / "mimic_bounded.toml", rounds=1)
+
+
+@pytest.mark.parametrize("name", ["seed001", "seed005_x", "seed0010_x", "myseed001_corr", "quickstart", "seed001_"])
+def test_other_names_are_not_aliases(name: str):
+    assert sim.current_scenario_name(name) == name
 
 
 def test_an_existing_file_wins_over_a_bundled_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -134,7 +173,7 @@ def test_unknown_scenario_is_one_line_listing_the_bundled_names(tmp_path, monkey
     lines = captured.err.splitlines()
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("concilium: error: no_such_scenario: no such scenario file or bundled scenario")
-    for name in ("quickstart", "coordinator_fedavg", "committee_crash", "full/seed004_femnist_fig2"):
+    for name in ("quickstart", "coordinator_fedavg", "committee_crash", "full/fedro_femnist_fig2"):
         assert name in lines[0]
     assert list(tmp_path.iterdir()) == []  # no results folder
 

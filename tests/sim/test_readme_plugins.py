@@ -59,7 +59,7 @@ def _audit_over_http(url: str) -> dict:
 
 
 def test_the_app_through_the_command_line(tmp_path, readme_plugins):
-    """Issue 32: the same files as an app through the command line (``app = "my_plugins.py"``). ``sim run`` loads
+    """The same files as an app through the command line (``app = "my_plugins.py"``). ``sim run`` loads
     it, the genesis pins it, the results folder keeps a copy, and ``ledger verify`` and ``ledger serve``'s audit
     re-execute every round with it. Without it, an auditor never says OK (exit 3, naming the pinned app and the
     missing strategy); ``--app`` supplies it; a changed app is refused with both digests (exit 2). The checks in
@@ -146,7 +146,7 @@ def test_the_app_through_the_command_line(tmp_path, readme_plugins):
 
 
 def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path, readme_plugins):
-    """Issue 32 item 2 for nodes: ``testnet init`` of the README scenario copies the app beside its scenario.toml and
+    """Apps for nodes: ``testnet init`` of the README scenario copies the app beside its scenario.toml and
     pins it in the genesis; ``node start`` with a changed app is refused before it joins, with one line naming both
     digests (exit 2), and so is one whose node config lacks the app (naming the pinned app)."""
     readme_plugins(tmp_path)
@@ -176,7 +176,7 @@ def test_nodes_load_the_pinned_app_and_refuse_another(tmp_path, readme_plugins):
 
 @pytest.mark.slow  # about 10 s on 2 cores
 def test_a_testnet_runs_the_app(tmp_path, readme_plugins):
-    """Issue 32: the README scenario, app included, over real node processes (``testnet local``: 6, its members):
+    """The README scenario, app included, over real node processes (``testnet local``: 6, its members):
     every node loads the app from the testnet folder, and every ledger verifies with re-execution and agrees."""
     readme_plugins(tmp_path)
     r = subprocess.run([sys.executable, "-m", "concilium", "testnet", "local", "--scenario", "my_scenario.toml",

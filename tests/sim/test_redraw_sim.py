@@ -1,4 +1,4 @@
-"""A committee that cannot reach quorum does not stall the chain for ever (issue 31 item 2), whole simulations.
+"""A committee that cannot reach quorum does not stall the chain for ever, whole simulations.
 
 Two of the four members of height 3's committee are down for round 3 (a ``drop`` fault: they neither send nor vote),
 so it has no quorum of 3. After the genesis' ``redraw_ticks`` at that height (here the default: 10 times the train,

@@ -71,7 +71,7 @@ def test_without_the_key_the_sample_follows_the_genesis_hash_and_the_height(tmp_
     sim, _, fedro = _run(tmp_path, "fedro", "fedro", {"clients": 5, "f": 1, "aggregator": "median"}, rounds=4)
     members = sim.genesis.member_ids
     for h, (clients, _, _) in enumerate(fedro, start=1):
-        # never the previous block's hash, which its proposer could grind (issue 31)
+        # never the previous block's hash, which its proposer could grind
         assert clients == sample_training_clients(members, (), sim.genesis.hash(), h, 5), "the default rule"
     assert len({c for c, _, _ in fedro}) > 1, "the sample changes from height to height"
     # each chain draws from its own genesis: the same members, other samples (unpaired)

@@ -1,4 +1,4 @@
-"""Many simulated members (issue 16 items 4 and 5): what a member outside the round costs and receives.
+"""Many simulated members: what a member outside the round costs and receives.
 
 With ``network.model_push = "participants"`` a member outside the next round receives the decided block but not
 the new model; the network still draws that push's randomness, so the ledger stays what it is with the full push
@@ -212,7 +212,7 @@ def test_five_hundred_members_cost_what_their_rounds_need_not_the_square_of_the_
     s = Simulation(sc, workers=0)
     res = s.run()
     cpu = time.process_time() - c0
-    # before issue 16, every node hashed the 500-member genesis and ranked every member for each height's plan
+    # before, every node hashed the 500-member genesis and ranked every member for each height's plan
     # (3.0 s of CPU for this build and run at commit 42acaa5 on a 2-core machine); now about 0.4 s
     assert cpu < 1.5, f"500 members, 2 rounds took {cpu:.2f} s of CPU"
     model_push = len(vector_to_blob(s.theta0)) + 128  # one model blob in an envelope
@@ -296,7 +296,7 @@ def test_lazy_members_outside_the_round_receive_nothing_and_catch_up_when_a_role
     assert sum(1 for p in asleep if p not in received) > 100
     first = s.nodes[asleep[0]].status()  # (their round is the first: its trainers wait for block 1 on a timer)
     idle = [p for p in asleep if p not in received and p not in first.trainers and p not in first.committee]
-    # asleep for good, but for those on the committee re-drawn for their height (issue 31 item 2): they wake after
+    # asleep for good, but for those on the committee re-drawn for their height: they wake after
     # redraw_ticks at it, to re-draw it if it is still undecided then
     assert len(idle) > 100 and all(s.nodes[p].idle_ticks() > 10**9 or _on_redraw(s.nodes[p], s.genesis) for p in idle)
     assert sum(1 for p in idle if s.nodes[p].idle_ticks() > 10**9) > 100
@@ -348,7 +348,7 @@ def test_a_member_without_a_role_costs_no_node_until_a_message_wakes_it():
 
 
 def _on_redraw(node, genesis) -> bool:
-    """Does ``node`` sit on the committee re-drawn for its height (its one timer while it sleeps: issue 31 item 2)?"""
+    """Does ``node`` sit on the committee re-drawn for its height (its one timer while it sleeps)?"""
     return node.peer_id in redrawn_committee(genesis, node.chain_state.height + 1, 1)
 
 
@@ -403,15 +403,15 @@ print(json.dumps(out))
 
 
 def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_from(in_reproducible_mode):
-    """A lazy client learns of its role only from the push of the block before its round; under 10 % loss a lost
-    push cost the round its update (133 and 135 of 160 accepted over these two seeds without the retry). The primary
-    of each height sends that block again, half way to the collect deadline, to the sampled clients it holds no
-    update from (``NodeCore._maybe_nudge``): 157 and 146 of 160 here. Loss-free runs send no retry (their
-    ledgers are unchanged: ``benchmarks/heads.py``). (Before issue 34 item 7 both seeds gave 157: a validator
-    refused every proposal whose update blobs had not reached it yet, so nearly every height took 1 to 5 view
-    changes (146 and 134 in all), and the later views' primaries collected the late updates; a validator now waits
-    for a missing blob within the view's timer, the heights decide in view 0 or 1 (11 and 33 view changes), and an
-    update that reaches the primary after its deadline misses its round.)
+    """A lazy client learns of its role only from the push of the block before its round; under 10 % loss a lost push
+    cost the round its update (133 and 135 of 160 accepted over these two seeds without the retry). The primary of each
+    height sends that block again, half way to the collect deadline, to the sampled clients it holds no update from
+    (``NodeCore._maybe_nudge``): 157 and 146 of 160 here. Loss-free runs send no retry (their ledgers are unchanged:
+    ``benchmarks/heads.py``). (Before validators waited for inputs on their way, both seeds gave 157: a validator
+    refused every proposal whose update blobs had not reached it yet, so nearly every height took 1 to 5 view changes
+    (146 and 134 in all), and the later views' primaries collected the late updates; a validator now waits for a missing
+    blob within the view's timer, the heights decide in view 0 or 1 (11 and 33 view changes), and an update that reaches
+    the primary after its deadline misses its round.)
 
     In reproducible mode: which clients are sampled and which messages are lost follow the training bits, and by
     default those differ between CPUs (seed 0 gave 151 with PyTorch's portable kernels forced, 155 with its

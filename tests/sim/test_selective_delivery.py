@@ -1,4 +1,4 @@
-"""Selective delivery and row picking cannot move a chain off view 0 or steer its election (issue 31, items 6 and 1).
+"""Selective delivery and row picking cannot move a chain off view 0 or steer its election.
 
 * ``skip_primary``: five trainers send their valid updates to every validator but the view-0 primary. Validators
   tell the primary of every update they hold (``have``), it fetches those it lacks, and it is judged only on what

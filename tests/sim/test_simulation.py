@@ -1,4 +1,4 @@
-"""End-to-end simulations through the real node cores, pBFT, signatures and ledger (issue 5 item 6-7).
+"""End-to-end simulations through the real node cores, pBFT, signatures and ledger.
 
 Small digits/MLP networks (20 peers); each run takes a few seconds on 2 cores.
 """
@@ -40,7 +40,7 @@ def _final(res):
 
 
 def test_cmfl_selection_one_withstands_model_negation_while_plain_averaging_collapses():
-    # seed_003 §7 R1'/R3 in miniature: 10 % Byzantine clients (2 of 20) negate their model.
+    # cmfl spec §7 R1'/R3 in miniature: 10 % Byzantine clients (2 of 20) negate their model.
     rounds = 20
     attacked = _run("quickstart.toml", rounds=rounds)
     clean = _run("quickstart.toml", rounds=rounds, adversary={})
@@ -67,7 +67,7 @@ print(json.dumps([[m.fl_round, m.view, m.evidence, None if math.isnan(m.accuracy
 
 def test_corrupt_coordinator_is_caught_replaced_and_training_converges(in_reproducible_mode):
     """Every height from 2 on: the corrupt view-0 coordinator is refused, and its evidence is in the block of view 1,
-    whoever proposes it (issue 31 item 10: validators relay a proposal they refused with proof, and judge again one
+    whoever proposes it (validators relay a proposal they refused with proof, and judge again one
     they refused for want of a blob once it arrives; before, a proposer that had not seen the bad proposal itself
     carried no evidence, and block 8 had none with PyTorch's portable kernels on an AMD machine). In reproducible
     mode, so that the accuracy bound holds on any CPU."""
@@ -97,7 +97,7 @@ def test_results_folder_verifies_with_reexecution_and_tampering_is_caught(tmp_pa
     out = tmp_path / "run"
     code = main(["sim", "run", str(SCENARIOS / "quickstart.toml"), "--rounds", "3", "--out", str(out), "--quiet"])
     assert code == 0
-    # the risk its committee would carry on a real network: printed, not refused (issue 31)
+    # the risk its committee would carry on a real network: printed, not refused
     # (0.0134 for the draw, 0.0158 with the re-draws a blocking minority can force: docs/sampling.md)
     assert ("committee risk on a real network at 20 % Byzantine: a Byzantine quorum with probability 0.0158 over 3 "
             "rounds (the genesis committee only, each re-drawn without limit when it cannot reach quorum; budget 1e-06; "
@@ -151,7 +151,7 @@ def test_reexecution_catches_a_validly_signed_but_wrong_aggregate(tmp_path):
 def test_a_lying_committee_member_is_named_by_the_audit_of_the_results(tmp_path, capsys):
     """A committee member under a ``corrupt`` fault signs lying distances (``node.adversary.lying_distances``); the
     validators cannot check them, so its rows are committed; the run's audit recomputes every row from the blobs
-    the results ledger keeps and names that member, and only it (issue 31 item 8). The summary says the ledger
+    the results ledger keeps and names that member, and only it. The summary says the ledger
     fails only by the rows of a member the scenario itself makes lie; ``sim run`` exits 1, as for any FAIL."""
     text = (SCENARIOS / "quickstart.toml").read_text()
     scenario = tmp_path / "liar.toml"

@@ -1,4 +1,4 @@
-"""Server algorithms run by an elected coordinator (issue 6 item 1): the algorithm state is a blob
+"""Server algorithms run by an elected coordinator: the algorithm state is a blob
 referenced from every block, so a replaced coordinator resumes it exactly; semi-synchronous strategies take
 stale updates; clients' private state and the server state both flow through the real node cores."""
 

@@ -1,11 +1,11 @@
-"""No view change without a fault (issue 34 item 7): fault-free runs of the bundled scenarios decide every height in
+"""No view change without a fault: fault-free runs of the bundled scenarios decide every height in
 view 0.
 
 Before, a validator refused a proposal at once when an update blob it includes had not reached it yet (the trainer's
 update and the primary's pre-prepare race to it), and asked for a view change: ``concilium sim run testnet`` gave 6
 view changes in 20 rounds, and a block of view 1 at height 9, without any fault. A validator now waits for the
 missing input within the view's timer (``consensus.Pending``). What these runs check is timing alone (who proposes
-and when messages arrive), which training bits do not move; Byzantine *updates* (``seed002_backdoor``) are not a
+and when messages arrive), which training bits do not move; Byzantine *updates* (``sself_backdoor``) are not a
 protocol fault.
 """
 
@@ -43,6 +43,6 @@ def test_a_fault_free_testnet_on_slower_links_has_no_view_change(network):
         _assert_no_view_change(load_scenario(SCENARIOS / "testnet.toml", seed=seed, rounds=10, sets=sets))
 
 
-@pytest.mark.parametrize(("name", "rounds"), [("coordinator_fedavg", 10), ("quickstart", 10), ("seed002_backdoor", 20)])
+@pytest.mark.parametrize(("name", "rounds"), [("coordinator_fedavg", 10), ("quickstart", 10), ("sself_backdoor", 20)])
 def test_fault_free_bundled_scenarios_have_no_view_change(name, rounds):
     _assert_no_view_change(load_scenario(SCENARIOS / f"{name}.toml", rounds=rounds))

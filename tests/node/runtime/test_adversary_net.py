@@ -8,9 +8,9 @@
   every ledger verifies with re-execution (the committee's scores and selection are re-executed, and every score
   row is recomputed from the blobs each node's archive fetched: the members' references and every scored update).
 
-* Coordinator mode, 4 processes (issue 31): a member skipping the primary with its updates and grinding its block
+* Coordinator mode, 4 processes: a member skipping the primary with its updates and grinding its block
   times, and corrupt coordinators whose evidence must reach the block of their own height.
-* Coordinator mode, 6 processes, a committee of 4 (issue 31 item 2): two members of height 3's committee dropped for
+* Coordinator mode, 6 processes, a committee of 4: two members of height 3's committee dropped for
   round 3, so it has no quorum of 3. After the genesis' ``redraw_ticks`` (6 s here) a committee re-drawn from all six
   by the genesis hash, the height and the attempt decides the height as a skipped round over the real transport, the
   dropped members come back at height 4, and every later round trains; nobody is accused.
@@ -99,7 +99,7 @@ def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: 
     assert trained, "the Byzantine client never trained"
     assert all(bad_peer not in b.payload.record["accepted"] for b in blocks)
     # every node's archive fetched every blob the score rows name (the members' references, which only each member
-    # held, and the rejected updates): the verdicts above rechecked every row from them (issue 31 item 8)
+    # held, and the rejected updates): the verdicts above rechecked every row from them
     named = [(b.height, m, w, d) for b in blocks for m, w, d in score_row_blobs(b.payload.attestations)]
     assert any(w == bad_peer for _, _, w, _ in named)
     for i in range(sc.members):
@@ -111,9 +111,9 @@ def test_committee_mode_with_a_byzantine_trainer_over_seven_processes(tmp_path: 
 
 @pytest.mark.slow  # about 70 s on 2 cores
 def test_selective_delivery_grinding_and_a_corrupt_coordinator_over_four_processes(tmp_path: Path) -> None:
-    """Issue 31 items 6, 10 and 1 with real processes: member 3 skips the view-0 primary with its updates every round
+    """Selective delivery, grinding and corrupt coordinators with real processes: member 3 skips the view-0 primary with its updates every round
     (``skip_primary``) and, whenever it proposes, grinds up to 3,000 block times for a hash that would have made it the
-    next primary under the rule before issue 31 (``grind``); the coordinators of rounds 7-8 propose corrupt
+    next primary under the old rule, where the chain seed was the previous block's hash (``grind``); the coordinators of rounds 7-8 propose corrupt
     aggregates. The rounds without a corrupt
     coordinator commit at view 0 (>= 95 %: all 8 here) with member 3's update in, each corrupt proposal's evidence is
     in the block of its own height (whoever proposes it), nobody else is accused, and the ledgers verify with
@@ -149,7 +149,7 @@ def test_selective_delivery_grinding_and_a_corrupt_coordinator_over_four_process
         assert b.header.proposer == primary(committee, g.hash(), h, b.header.view)
         assert tuple(b.payload.record["clients"]) == sample_training_clients(g.member_ids, (), g.hash(), h, k)
     # member 3 ground whenever it proposed, and its blocks carry hashes that would have made it the next primary
-    # under the rule before issue 31 (the chain seed was the previous block's hash); the chain ignored them
+    # under the old rule (the chain seed was the previous block's hash); the chain ignored them
     nodes = [json.loads(line) for p in sorted((out / "nodes").glob("node-*"))
              for line in (p / "node.log").read_text().splitlines() if '"event": "stopped"' in line]
     counts = nodes[3]["status"].get("adversary", {})

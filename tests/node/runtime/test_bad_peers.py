@@ -23,8 +23,8 @@ Consensus messages member 3 forges or replays (a vote under another member's nam
 non-member, for an old height) are sent too, but the replica's drop counters are not in the node's status line,
 so only the network's progress speaks for them here.
 
-A second run (:func:`test_decode_bombs_are_bad_frames_and_cost_a_node_less_than_twice_their_size`, issue 31 items
-3 and 4) sends node 0 frames built to blow up the decoder (16 MiB msg frames and 48 MiB blob frames of empty maps;
+A second run (:func:`test_decode_bombs_are_bad_frames_and_cost_a_node_less_than_twice_their_size`)
+sends node 0 frames built to blow up the decoder (16 MiB msg frames and 48 MiB blob frames of empty maps;
 255 MiB ones under ``-m slow``) and blobs nobody asked for, past the byte bound on them: each bomb is a bad frame
 (member 3 is banned), node 0's peak RSS grows by less than twice the largest frame, it holds no more unasked bytes
 than the bound, and no honest node's commit gap grows past twice its longest before the attack.
@@ -212,7 +212,7 @@ class Capture:
                 if data is None:
                     return
                 self.frames += 1
-                env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)  # type: ignore[attr-defined]
+                env = Envelope.decode(data, bytes_max=ENVELOPE_BYTES_MAX)
                 if env.update is not None and len(self.updates) < 200:
                     c = env.update.commitment
                     self.updates.append((c.fl_round, c.peer, data))
@@ -291,10 +291,10 @@ def garbage(net: Net, fl_round: int, replays: list[bytes], *, malformed: bool) -
     digest = sha256(blob)
 
     def update(c: Any) -> tuple[str, bytes]:
-        return "blob", Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()  # type: ignore[attr-defined]
+        return "blob", Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()
 
     def pbft(m: Any) -> tuple[str, bytes]:
-        return "msg", Envelope(pbft=m).encode()  # type: ignore[attr-defined]
+        return "msg", Envelope(pbft=m).encode()
 
     out: list[tuple[str, bytes]] = [
         ("msg", b"\x00" * 7),  # [malformed]
@@ -415,7 +415,7 @@ async def outsider_attacks(net: Net) -> None:
             await dial(host, net.node_addr[0])
             s = await open_stream(host, net.members[0], net.msg)
             vote = vote_message(net.outsider, net.chain, KIND_PREPARE, 1, 0, bytes(32))
-            await s.write(frame(Envelope(pbft=vote).encode()))  # type: ignore[attr-defined]
+            await s.write(frame(Envelope(pbft=vote).encode()))
             await ended_within(s, 5)
         except NET_ERRORS:
             pass
@@ -644,7 +644,7 @@ def _bomb(head: bytes, total: int, item: bytes, tail: bytes = b"") -> bytes:
 
 
 def _bombs(blob_mib: int) -> list[tuple[str, bytes]]:
-    """Frames that decode to nothing but cost the old decoder ~80 bytes of objects per byte (issue 31 item 3):
+    """Frames that decode to nothing but cost the old decoder ~80 bytes of objects per byte:
     16 MiB on the msg protocol (bare, and inside an envelope's ``pbft`` field, where the decoder walks its budget),
     ``blob_mib`` on the blob protocol (as a ``blobs`` envelope's value, and bare)."""
     from node._wire import KINDS, _PREFIXES  # noqa: PLC0415
@@ -712,7 +712,7 @@ async def _bomb_test(tmp_path: Path, blob_mib: int) -> None:
             s = await open_stream(byz, members[0], blob)
             for size in (UNSOLICITED_BLOB, UNSOLICITED_BLOB, UNSOLICITED_BLOB, 20 << 20):
                 with trio.fail_after(60):
-                    await s.write(frame(Envelope(blobs=(os.urandom(size),)).encode()))  # type: ignore[attr-defined]
+                    await s.write(frame(Envelope(blobs=(os.urandom(size),)).encode()))
             await _wait(lambda: (target.last("status") or {}).get("dropped", {}).get("unsolicited blob over the bound", 0) >= 1,
                         nodes, 60, "the unasked blobs to be handled")
             # the bombs: 5 frames of 16 or blob_mib MiB, then 4 small malformed ones: 9 bad frames, past the budget
@@ -779,7 +779,7 @@ async def _bomb_test(tmp_path: Path, blob_mib: int) -> None:
 
 @pytest.mark.trio
 async def test_decode_bombs_are_bad_frames_and_cost_a_node_less_than_twice_their_size(tmp_path: Path) -> None:
-    """Issue 31 items 3 and 4 on running nodes: member 3 sends node 0 16 MiB msg frames and 48 MiB blob frames built
+    """Decode bombs and unasked blobs on running nodes: member 3 sends node 0 16 MiB msg frames and 48 MiB blob frames built
     to blow up msgpack (~80 bytes of objects per byte before), and 44 MiB of blobs nobody asked for. Node 0 refuses
     each bomb before building it (off its event loop), counts it as a bad frame and bans member 3 past its budget;
     its peak RSS grows by less than twice the largest frame; it holds at most 16 MiB of member 3's unasked blobs;

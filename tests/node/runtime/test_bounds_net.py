@@ -1,5 +1,4 @@
-"""Bounded block time and sample counts over the real network (issue 31 items 5 and 7, and item 11's part for
-them): 5 node processes on 127.0.0.1 (``concilium testnet local``), scenario ``scenarios/net_bounds.toml``.
+"""Bounded block time and sample counts over the real network: 5 node processes on 127.0.0.1 (``concilium testnet local``), scenario ``scenarios/net_bounds.toml``.
 
 * From round 2 each round's coordinator (its view-0 primary, a different process from round to round) runs a clock
   a day fast (an ``[[adversary.faults]]`` ``clock`` fault) and stamps its proposal with it. The honest validators,

@@ -66,6 +66,7 @@ def test_the_fixes_are_installed_on_0_8_1_and_refused_on_another_version() -> No
     assert SecureSession.read is fixes._secure_read
     assert yamux.Yamux._read_data_body is fixes._read_data_body
     assert yamux.YamuxStream.write is fixes._yamux_write
+    assert yamux._yamux_release_on_read is fixes._release_on_read
     assert fixes.apply() is True  # idempotent
     assert fixes.apply(version="0.8.2") is False and fixes.apply(version="0.9.0") is False
     assert fixes.FRAME_PAYLOAD_MAX + yamux.HEADER_SIZE == M  # a frame: one full Noise message
@@ -251,6 +252,45 @@ async def test_payloads_around_every_boundary_arrive_bit_exact_both_ways_on_conc
         for name in "xyz":
             for size in BOUNDARY_SIZES:
                 assert got[(name, size)] == payload(size, seed=ord(name)), (name, size)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("switch", [None, "1"])
+async def test_a_reader_grants_the_window_back_in_batches_unless_the_library_switch_asks_for_every_read(
+    switch: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fix 6: 0.8.1 answered every read with a WINDOW_UPDATE of the bytes read (its counter
+    ``_window_update_bytes_read_only``); with the fix that path is off, unless ``PY_YAMUX_RELEASE_ON_READ`` says
+    otherwise, and the transfer is the same."""
+    if switch is None:
+        monkeypatch.delenv("PY_YAMUX_RELEASE_ON_READ", raising=False)
+    else:
+        monkeypatch.setenv("PY_YAMUX_RELEASE_ON_READ", switch)
+    size = 6_000_000
+    data = payload(size, seed=6)
+    async with hosts(2) as (a, b):
+        got: list[bytes] = []
+        counters: dict[str, int] = {}
+        done = trio.Event()
+
+        async def sink(stream: INetStream) -> None:
+            while (have := sum(map(len, got))) < size:
+                got.append(await stream.read(min(size - have, 65_536)))
+            muxed: Any = stream.muxed_stream
+            counters.update(bytes_read=muxed._window_update_bytes_read_only, slack=muxed._window_update_partial_slack)
+            done.set()
+
+        b.set_stream_handler(PROTO, sink)
+        stream = await a.new_stream(b.get_id(), [PROTO])
+        with trio.fail_after(30):
+            await stream.write(data)
+            await done.wait()
+    assert b"".join(got) == data
+    reads = len(got)
+    if switch is None:
+        assert counters["bytes_read"] == 0, counters
+    else:
+        assert counters["bytes_read"] > reads // 2, (counters, reads)
 
 
 @pytest.mark.trio

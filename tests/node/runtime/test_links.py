@@ -1,4 +1,4 @@
-"""A slow link and a model of 2 MB (issue 34 item 1): four node processes in four network namespaces, every link
+"""A slow link and a model of 2 MB: four node processes in four network namespaces, every link
 shaped to 10 Mbit/s both ways with ``tbf``, the genesis planning for it (``protocol.params.link_mbit = 10``).
 
 Once node 3 stored height 2, its link drops to 0.5 Mbit/s for 15 s (less than one update's worth), then comes back.

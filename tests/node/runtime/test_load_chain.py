@@ -1,4 +1,4 @@
-"""A node restarted from its data directory resumes the chain as the live nodes have it (issue 14, item 3):
+"""A node restarted from its data directory resumes the chain as the live nodes have it:
 for a semi-synchronous strategy that includes the staleness window its next round is planned from."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every node on its own data (issue 33 items 1-3, 6 and 8), with real processes and real files.
+"""Every node on its own data, with real processes and real files.
 
 ``concilium data split`` writes 4 member directories in three formats (npz, csv, image folder); ``testnet init --data``
 wires node ``i`` to ``member-<i>/``; 4 ``node start`` processes each train an app's CNN with the app's own training

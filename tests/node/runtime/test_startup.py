@@ -1,4 +1,4 @@
-"""Issue 34 item 4: a failed ``node start`` leaves its data dir as it was.
+"""A failed ``node start`` leaves its data dir as it was.
 
 Real processes (``python -m concilium node start``) on a real SQLite ledger, one per failure cause: before and after,
 the data dir holds the same names, sizes, modes and SHA-256s, and the ledger the same journal mode (read through a

@@ -1,4 +1,4 @@
-"""Updates of a decided round are dropped from the send queues (issue 34 item 1), between real transports on
+"""Updates of a decided round are dropped from the send queues, between real transports on
 127.0.0.1: a member that missed one round on a slow link must not send that round's update ahead of the next one's.
 """
 

@@ -56,7 +56,7 @@ def test_four_processes_commit_and_every_ledger_verifies(testnet_run: tuple[Path
 
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert len(rows) == ROUNDS
-    # each member's accuracy on its own validation split (issue 33 item 6), beside the global test accuracy: the
+    # each member's accuracy on its own validation split, beside the global test accuracy: the
     # last round is evaluated by every node before the supervisor stops them
     local = [float(rows[-1][f"local_accuracy_n{i}"]) for i in range(4)]
     assert all(0.0 <= a <= 1.0 for a in local), rows[-1]

@@ -223,7 +223,7 @@ def test_nodes_named_by_dns_dial_each_other(tmp_path: Path, one_node: str) -> No
 
 def test_a_node_refetches_a_deleted_or_corrupted_blob_and_never_exits_0_without_it(
         tmp_path: Path, one_node: str) -> None:
-    """Issue 34 item 4: at start a node scrubs its archive. Two nodes commit 3 rounds; node 0 stops; one update blob
+    """At start a node scrubs its archive. Two nodes commit 3 rounds; node 0 stops; one update blob
     of its ledger is deleted and another corrupted. Alone (its peer gone), it logs what it waits for and exits 1
     (its ledger would fail verify); with its peer up, it fetches both again, exits 0, and its ledger verifies."""
     import json

@@ -200,6 +200,55 @@ async def test_blobs_are_fetched_by_digest_in_chunks_and_digest_checked() -> Non
         nursery.cancel_scope.cancel()
 
 
+async def _read_request(stream: INetStream) -> BlobRequest | None:
+    data = b""
+    while len(data) < 4:
+        if not (more := await stream.read(4 - len(data))):
+            return None
+        data += more
+    (size,) = struct.unpack(">I", data)
+    data = b""
+    while len(data) < size:
+        data += await stream.read(size - len(data))
+    return BlobRequest.decode(data)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("lie", ["offset", "total", "short", "digest"])
+async def test_a_later_chunk_that_contradicts_its_request_is_refused_and_charged(lie: str) -> None:
+    """Chunks after the first are read into the blob's buffer without decoding: every byte but the data is known in
+    advance and compared. A server (a raw libp2p host) that answers the second request with another offset, another
+    total, fewer bytes or another digest is caught there, not only by the final digest check."""
+    blob = os.urandom(2 * CHUNK_BYTES + 7)
+    digest = sha256(blob)
+
+    async def serve(stream: INetStream) -> None:
+        while (request := await _read_request(stream)) is not None:
+            offset, total, data = request.offset, len(blob), blob[request.offset : request.offset + request.length]
+            second = offset == CHUNK_BYTES
+            if second:
+                if lie == "offset":
+                    offset += 1
+                elif lie == "total":
+                    total += 1
+                elif lie == "short":
+                    data = data[:-1]
+            chunk = BlobChunk(digest=sha256(b"x") if lie == "digest" and second else digest, offset=offset,
+                              total=total, data=data).encode()  # fmt: skip
+            await stream.write(header(len(chunk)) + chunk)
+
+    async with trio.open_nursery() as nursery:
+        a, _, _ = await start(nursery, A)
+        async with raw_host(C) as host:
+            host.set_stream_handler(FETCH, serve)
+            await connect(host, a)
+            await eventually(lambda: C.peer_id in a.connected())
+            assert await a.fetch(C.peer_id, digest) is None
+            assert a.stats.dropped["malformed"] == 1
+            assert a.stats.messages_in["fetch"] == 1  # only the first chunk was taken
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.trio
 async def test_malformed_or_oversized_fetch_requests_reset_the_stream() -> None:
     blob = os.urandom(100_000)
