@@ -114,7 +114,7 @@ def test_logreg_is_zero_initialised() -> None:
     assert torch.count_nonzero(_vector(model)) == 0
 
 
-def test_lenet5_init_follows_unavailability spec() -> None:
+def test_lenet5_init_follows_unavailability_spec() -> None:
     model = _no_grad(build_model(model_spec("lenet5"), seed=0))
     for fc in (model.fc1, model.fc2, model.fc3):
         assert torch.count_nonzero(fc.bias) == 0

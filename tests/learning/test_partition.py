@@ -96,7 +96,7 @@ def test_dirichlet_per_class_covers_and_large_alpha_is_iid(digits: Dataset) -> N
         partition_dataset(DirichletPartition(num_clients=10, alpha=0.01, min_samples=140), digits, seed=0)
 
 
-def test_dirichlet_per_client_unavailability spec(digits: Dataset) -> None:
+def test_dirichlet_per_client_unavailability_spec(digits: Dataset) -> None:
     # unavailability spec §4.3 / §6.1 item 11: exact size per client, no sample twice, exhaustion handled, skew
     spec = DirichletPartition(num_clients=14, alpha=0.1, scheme="per_client")
     part = partition_dataset(spec, digits, seed=0)

@@ -25,7 +25,7 @@ def test_constant() -> None:
     assert [s(t) for t in (0, 1, 1000)] == [0.05, 0.05, 0.05]
 
 
-def test_inverse_sqrt_unavailability spec() -> None:
+def test_inverse_sqrt_unavailability_spec() -> None:
     s = InverseSqrtLR(lr0=0.3)
     assert s(0) == 0.3
     assert s(3) == pytest.approx(0.15)
@@ -46,7 +46,7 @@ def test_step_decay() -> None:
     assert [s(t) for t in (0, 14, 15, 29, 30)] == pytest.approx([0.01, 0.01, 0.005, 0.005, 0.0025])
 
 
-def test_fedro_table_fedro spec() -> None:
+def test_fedro_table_fedro_spec() -> None:
     expected = {0: 0.1, 299: 0.1, 300: 0.02, 399: 0.02, 400: 0.004, 459: 0.004, 460: 0.0008, 499: 0.0008}
     expected[10_000] = 0.0008
     for t, lr in expected.items():
