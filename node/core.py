@@ -201,6 +201,14 @@ class Transmit:
     data: bytes
     kind: str
     detail: str = ""
+    want: tuple[bytes, ...] = ()
+    """For ``kind="want"``: the digests the envelope asks for, so that a host that fetches them instead of sending
+    the envelope (the network runtime) need not decode its own message."""
+
+
+def _want_message(to: str, digests: tuple[bytes, ...]) -> Transmit:
+    """A ``want`` envelope to ``to`` for ``digests``, the digests also in the effect (:attr:`Transmit.want`)."""
+    return Transmit(to=to, data=Envelope(want=digests).encode(), kind="want", want=digests)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1815,7 +1823,7 @@ class NodeCore:
         target = ask if ask is not None and ask != self._me else None
         peers = [target] if target else [p for p in self._round.plan.committee if p != self._me][:1]
         for p in peers:
-            self._out.append(Transmit(to=p, data=Envelope(want=(digest,)).encode(), kind="want"))
+            self._out.append(_want_message(p, (digest,)))
 
     def _ask_row_members(self, payload: Payload) -> None:
         """An archive asks each score row's member at once for the blobs of its row it still wants: its reference
@@ -1827,7 +1835,7 @@ class NodeCore:
         for member, ds in sorted(asks.items()):
             for i in range(0, len(ds), BLOBS_PER_MESSAGE_MAX):
                 want = tuple(ds[i : i + BLOBS_PER_MESSAGE_MAX])
-                self._out.append(Transmit(to=member, data=Envelope(want=want).encode(), kind="want"))
+                self._out.append(_want_message(member, want))
 
     def _ask_wanted(self) -> None:
         """Retry missing blobs, asking peers in turn: first those likely to hold them (the signers of the last
@@ -1841,4 +1849,4 @@ class NodeCore:
             return
         digests = tuple(sorted(self._want))[:BLOBS_PER_MESSAGE_MAX]
         target = others[(self._now // WANT_RETRY_TICKS + self._want_skew) % len(others)]
-        self._out.append(Transmit(to=target, data=Envelope(want=digests).encode(), kind="want"))
+        self._out.append(_want_message(target, digests))

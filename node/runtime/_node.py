@@ -460,7 +460,7 @@ class NodeRuntime:
             if isinstance(fx, Transmit):
                 self.sent[fx.kind] += 1
                 if fx.kind == "want" and self._nursery is not None:
-                    self._fetch_wanted(fx.to, fx.data)
+                    self._fetch_wanted(fx)
                 else:
                     self._send(fx.to, fx.data, fx.kind)
             elif isinstance(fx, Train):
@@ -495,12 +495,14 @@ class NodeRuntime:
             return None
         return self.core.servable(digest)
 
-    def _fetch_wanted(self, peer: str, data: bytes) -> None:
-        """The core asks ``peer`` for blobs (a ``want`` envelope): fetch them by digest, in chunks, over the
-        fetch protocol instead (the core retries what does not arrive, asking the next peer in turn)."""
-        if self.adversary is not None and self.adversary.outgoing(peer, data) is None:
+    def _fetch_wanted(self, fx: Transmit) -> None:
+        """The core asks ``fx.to`` for blobs (a ``want`` envelope, its digests ``fx.want``): fetch them by digest, in
+        chunks, over the fetch protocol instead (the core retries what does not arrive, asking the next peer in
+        turn)."""
+        peer = fx.to
+        if self.adversary is not None and self.adversary.outgoing(peer, fx.data) is None:
             return  # a node that the scenario cuts off asks nobody
-        digests = [d for d in Envelope.decode(data).want or () if d not in self._fetching]
+        digests = [d for d in fx.want if d not in self._fetching]
         if digests:
             assert self._nursery is not None  # the caller checked
             self._fetching.update(digests)
