@@ -39,6 +39,7 @@ store closed cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -67,6 +68,7 @@ from node._rounds import RoundHistory, RoundRules
 from node._wire import Envelope, decode_envelope
 from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit, referenced_blobs
 from node.runtime._frames import FrameError
+from node.runtime._stalls import LoopStalls
 from node.runtime._transport import Transport, TransportLimits
 from node.runtime._votelog import VoteLog
 
@@ -391,6 +393,7 @@ class NodeRuntime:
         self._fetch_slots = trio.CapacityLimiter(FETCHES_MAX)
         self._decode_slots = trio.CapacityLimiter(DECODES_MAX)
         self.fetched = 0
+        self._stalls = LoopStalls()  # the event loop's longest steps (status: loop)
         for name in ("libp2p", "node.runtime._transport"):  # their records go to our log only, one line each
             lg = logging.getLogger(name)
             lg.handlers = [h for h in lg.handlers if not isinstance(h, _LogBridge)] + [_LogBridge(self.log)]
@@ -719,6 +722,7 @@ class NodeRuntime:
             "evidence": self.evidence,
             "fetched": self.fetched,
             "scrub": dict(self.scrubs),
+            "loop": self._stalls.figures(),
             **({"local_eval": dict(self.local_eval)} if self.local_eval is not None else {}),
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
@@ -788,6 +792,7 @@ class NodeRuntime:
         exception group) once the nursery is closed, and leaves the data dir as it found it."""
         started = False
         refused: Exception | None = None
+        trio.lowlevel.add_instrument(self._stalls)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -804,6 +809,8 @@ class NodeRuntime:
                     task_status.started()
                     await self._serve(nursery)
         finally:
+            with contextlib.suppress(KeyError):  # (another run of this runtime's loop may have removed it)
+                trio.lowlevel.remove_instrument(self._stalls)
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
             if started:
                 self.store.close()

@@ -571,6 +571,7 @@ async def test_bad_peers_are_dropped_and_the_network_keeps_committing(tmp_path: 
     report["dropped"] = [f.get("dropped") for f in finals]
     report["net_dropped"] = [f.get("net", {}).get("dropped") for f in finals]
     report["banned"] = [f.get("net", {}).get("banned") for f in finals]
+    report["loop"] = [f.get("loop") for f in finals]  # the longest event-loop steps under attack (reported only)
     print("\nbad peers:", json.dumps(report, default=str))
 
     # the honest nodes committed every round, stopped cleanly and promptly, agree, and their ledgers re-execute
