@@ -4,7 +4,7 @@ A 50 MB blob crossed Noise + Yamux at a quarter of raw TCP on loopback, CPU-boun
 A profile of one 50 MB push (``benchmarks/net_bench.py``) counted 763 Yamux data frames (64 KiB, the
 library's cap), 1,526 Noise messages (every 65,536-byte frame split into 65,519 + 17 bytes), about 3,100
 ``recv`` calls and 770 window updates on the receiver, and about 11 copies of every byte on the receiver
-(``read_exactly`` alone copies twice). Each fix below replaces one method (the fifth also makes
+(``read_exactly`` alone copies twice). Each fix below replaces one function or method (the fifth also makes
 ``YamuxStream.send_window`` a property, to wake a waiting writer); none changes the wire format
 (every frame is valid Yamux and every message valid Noise, so stock 0.8.1 peers interoperate both ways),
 none touches a limit on untrusted input (Yamux still refuses a DATA frame longer than its 16 MiB cap, Noise

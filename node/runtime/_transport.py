@@ -68,9 +68,10 @@ py-libp2p 0.8.1 defects worked around (measured on 0.8.1; the list is the refere
     :meth:`Transport.listen_addrs`: ``disable_identify_address_discovery=True``.
 11. Large transfers are CPU-bound in py-libp2p's Noise and Yamux layers (64 KiB Yamux frames split into two
     Noise messages, two or more ``recv`` calls and about eleven copies of each byte on the receiver, a writer
-    out of window re-checking every 10 ms): ``_libp2p_fixes.apply()`` replaces five methods when this module is
-    imported (on libp2p 0.8.1 only; the wire format is unchanged). See that module; the same changes as a patch
-    against the library are in the issue's release note.
+    out of window re-checking every 10 ms, a window update for every read): ``_libp2p_fixes.apply()`` replaces
+    five methods and one switch when this module is imported (on libp2p 0.8.1 only; the wire format is unchanged).
+    See that module; the same changes as a patch against the library are in
+    ``docs/patches/libp2p-0.8.1-throughput.diff``.
 """
 
 from __future__ import annotations
