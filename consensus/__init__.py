@@ -47,7 +47,17 @@ from consensus._evidence import (
     SLOT_KINDS,
     check_evidence_claim,
 )
-from consensus._effects import Broadcast, Commit, CommitHeader, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._effects import (
+    Broadcast,
+    Commit,
+    CommitHeader,
+    Effect,
+    ReportMisbehavior,
+    RequestProposal,
+    RequestVerdict,
+    Send,
+    SendBlocks,
+)
 from consensus._errors import (
     CommitteeConfigError,
     ConsensusError,
@@ -83,7 +93,7 @@ from consensus._replica import (
     Replica,
     ReplicaConfig,
     ReplicaStatus,
-    Validator,
+    Verdict,
 )
 from consensus._risk import (
     BYZANTINE_FRACTION_DEFAULT,
@@ -147,10 +157,11 @@ __all__ = [
     "ReplicaStatus",
     "ReportMisbehavior",
     "RequestProposal",
+    "RequestVerdict",
     "ScoreRow",
     "Send",
     "SendBlocks",
-    "Validator",
+    "Verdict",
     "advance_state",
     "byzantine_count",
     "check_cmfl_payload",

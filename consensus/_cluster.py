@@ -3,7 +3,7 @@
 etcd's ``rafttest`` network in the style of FoundationDB/TigerBeetle simulation: one seed drives every
 choice (a SplitMix64 generator, no ``random`` module), so ``Cluster(seed=s, ...)`` replays bit for bit.
 The harness plays the node's part around each :class:`~consensus.Replica`: it builds proposals on
-``RequestProposal``, validates proposals deterministically, and executes effects.
+``RequestProposal``, judges proposals deterministically (``RequestVerdict``), and executes effects.
 
 Network faults (:class:`Faults`): seeded drop, duplicate, delay (whole ticks) and reorder, plus
 ``cut``/``isolate``/``partition``/``heal`` and ``crash``/``recover``; ``restart`` replaces a replica by a
@@ -21,7 +21,7 @@ vote log before a vote leaves it). Byzantine behaviours
 * ``replay``: honest, but keeps re-sending old messages (other heights and views) to random peers.
 
 Invariants checked after every event (:meth:`Cluster.check_invariants`), over honest replicas:
-agreement (one block hash per height), validity (a decided block passed ``validate`` at ``q - b``
+agreement (one block hash per height), validity (a decided block passed its host's verdict at ``q - b``
 honest committee members, ``b`` = Byzantine members of that committee), the certificate and the block
 verify (``ledger.apply_block``; blocks decided in a later view than proposed with
 :func:`consensus.verify_decided_block` until the ledger accepts them), heights contiguous, and every
@@ -65,11 +65,12 @@ from ledger import (
 )
 
 from consensus._certify import verify_decided_block
-from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, Send, SendBlocks
+from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestProposal, RequestVerdict, Send, SendBlocks
 from consensus._replica import Pending
 from consensus._messages import (
     KIND_COMMIT,
     KIND_NEW_VIEW,
+    KIND_PRE_PREPARE,
     KIND_PREPARE,
     KIND_VIEW_CHANGE,
     PBFT_KINDS,
@@ -93,6 +94,7 @@ __all__ = [
     "Faults",
     "InvariantViolation",
     "SplitMix64",
+    "agree",
 ]
 
 BEHAVIOURS = ("silent", "equivocate", "wrong_proposal", "forge", "replay")
@@ -209,7 +211,7 @@ class Cluster:
     byzantine:
         ``{index: behaviour}``, index into the sorted peer ids (:attr:`peers`).
     disagree:
-        Indices of honest members whose ``validate`` refuses every proposal (a replica that cannot
+        Indices of honest members whose host refuses every proposal (a replica that cannot
         re-execute, e.g. missing data): they are not Byzantine, they only never vote.
     rotate:
         Each block elects the next committee by a hash of the previous block, keeping at most ``f``
@@ -222,9 +224,6 @@ class Cluster:
         :attr:`proposal_requests` until :meth:`propose_pending`.
     check:
         Check the invariants after every event (the default).
-    resume:
-        Call :meth:`Replica.resume` once a ``Commit`` is applied, as the node does (the default); else the
-        held input waits for the next delivery or tick (a host that never calls it).
     redraw_ticks:
         The genesis' ``protocol.params.redraw_ticks`` (``ledger.ATTEMPT_VIEWS``): a height not decided within that
         many ticks moves to a committee re-drawn from every member; a block of such an attempt names that committee
@@ -232,9 +231,9 @@ class Cluster:
         the default timeouts: no sweep runs that long).
     late_inputs:
         Ticks after an honest member first judges a proposal before its host holds the proposal's inputs (a node's
-        update blobs on their way from the trainers, which a pre-prepare may overtake): until then its ``validate``
-        says :class:`consensus.Pending`, and after every tick the cluster calls :meth:`Replica.judge_again` on a
-        replica that waits, as a node does when a blob arrives. 0 (the default): inputs are always at hand.
+        update blobs on their way from the trainers, which a pre-prepare may overtake): until then its verdict is
+        :class:`consensus.Pending`, and after every tick the cluster judges again a proposal a replica still waits
+        for, as a node does when a blob arrives. 0 (the default): inputs are always at hand.
     """
 
     def __init__(
@@ -252,7 +251,6 @@ class Cluster:
         epoch: int = 1,
         auto_propose: bool = True,
         check: bool = True,
-        resume: bool = True,
         redraw_ticks: int | None = None,
         late_inputs: int = 0,
     ) -> None:
@@ -268,7 +266,6 @@ class Cluster:
             "disagree": tuple(disagree),
             "rotate": rotate,
             "epoch": epoch,
-            "resume": resume,
             "redraw_ticks": redraw_ticks,
             "late_inputs": late_inputs,
         }
@@ -287,6 +284,7 @@ class Cluster:
             raise ValueError(f"late_inputs must be >= 0, got {late_inputs}")
         self.late_inputs = late_inputs
         self._judged: dict[tuple[str, int, bytes], int] = {}  # (member, height, block hash) -> tick first judged
+        self._pending: dict[str, bytes] = {}  # member -> the block hash its host last answered Pending
         self.genesis = _cluster_genesis(keys, size=size, quorum=quorum, redraw_ticks=redraw_ticks)
         self.ctx = ChainContext(self.genesis)
         self.rotate = rotate
@@ -296,7 +294,6 @@ class Cluster:
         self.faults = faults
         self.check = check
         self.auto_propose = auto_propose
-        self.resume = resume
         self.proposal_requests: list[tuple[str, int, int]] = []
         self.config = config if config is not None else default_replica_config()
         self._init_network()
@@ -327,6 +324,8 @@ class Cluster:
         self._checked: dict[str, int] = {p: 0 for p in self.peers}
         self._verified: dict[tuple[bytes, bytes], ChainState] = {}  # (prev hash, block hash + certificate)
         self.states: dict[str, ChainState] = {p: genesis_state(self.ctx) for p in self.peers}
+        self.applied: dict[str, ChainState] = dict(self.states)
+        """Each member's host state: after the last ``Commit`` it applied (what its verdicts judge against)."""
         self.decided: dict[int, bytes] = {}
         self.validations: dict[bytes, set[str]] = {}
         self.evidence: list[tuple[str, Evidence]] = []
@@ -343,8 +342,9 @@ class Cluster:
         self.restarts = 0
 
     def _new_replica(self, peer: str, state: ChainState, restore: bytes | None) -> Replica:
-        validate = self._validator(peer) if peer in self.honest else (lambda proposal: None)
-        return Replica(ctx=self.ctx, key=self.keys[peer], state=state, validate=validate, config=self.config, restore=restore)
+        self.applied[peer] = state
+        self._pending.pop(peer, None)
+        return Replica(ctx=self.ctx, key=self.keys[peer], state=state, config=self.config, restore=restore)
 
     # --- description ----------------------------------------------------------------------------
 
@@ -383,27 +383,29 @@ class Cluster:
             record={"proposer": proposer, "view": view},
         )
 
-    def _validator(self, peer: str) -> Callable[[Proposal], str | Pending | None]:
-        def validate(p: Proposal) -> str | Pending | None:
-            st = self.replicas[peer].chain_state
-            if len(self.chains[peer]) != st.height:  # a host judges with its own state: it must be current
-                self._fail(f"{peer} was asked to validate height {p.header.height} before it applied block {st.height}")
-            if self.late_inputs and p.header.proposer != peer:  # (a primary holds what it built its proposal from)
-                first = self._judged.setdefault((peer, p.header.height, p.block_hash), self.now)
-                if self.now < first + self.late_inputs:
-                    return Pending("update blobs on their way")
-            reason = None
-            if peer in self.disagree:
-                reason = "cannot re-execute (update blobs missing)"
-            elif p.payload.model_digest != self.expected_model(st.head_hash, st.height + 1):
-                reason = "aggregate differs from re-execution (model digest)"
-            elif p.payload.next_committee != self.expected_committee(st, p.header.view):
-                reason = "next committee differs from the election"
-            if reason is None:
-                self.validations.setdefault(p.block_hash, set()).add(peer)
-            return reason
-
-        return validate
+    def _verdict(self, peer: str, p: Proposal) -> str | Pending | None:
+        """``peer``'s host judges ``p`` (``RequestVerdict``) against the state it applied: a Byzantine host agrees to
+        anything."""
+        if peer not in self.honest:
+            return None
+        st = self.applied[peer]
+        if p.header.height != st.height + 1:  # a host judges with its own state: it must have applied the block before
+            self._fail(f"{peer} was asked to judge height {p.header.height} after it applied block {st.height}")
+        if self.late_inputs:
+            first = self._judged.setdefault((peer, p.header.height, p.block_hash), self.now)
+            if self.now < first + self.late_inputs:
+                self._pending[peer] = p.block_hash
+                return Pending("update blobs on their way")
+        reason = None
+        if peer in self.disagree:
+            reason = "cannot re-execute (update blobs missing)"
+        elif p.payload.model_digest != self.expected_model(st.head_hash, st.height + 1):
+            reason = "aggregate differs from re-execution (model digest)"
+        elif p.payload.next_committee != self.expected_committee(st, p.header.view):
+            reason = "next committee differs from the election"
+        if reason is None:
+            self.validations.setdefault(p.block_hash, set()).add(peer)
+        return reason
 
     def _time_ms(self, state: ChainState) -> int:
         return max(state.time_ms, self.now * TICK_MS)
@@ -429,8 +431,9 @@ class Cluster:
         for p in self.peers:
             if p not in self.crashed:
                 self._apply(p, self.replicas[p].tick())
-                if self.replicas[p].waiting is not None:  # (late_inputs) the host got them, or judges again
-                    self._apply(p, self.replicas[p].judge_again())
+                waiting = self.replicas[p].waiting
+                if waiting is not None and self._pending.get(p) == waiting.block_hash:  # (late_inputs) judge again
+                    self._apply(p, self.replicas[p].verdict(waiting.block_hash, self._verdict(p, waiting)))
                 b = self.byzantine.get(p)
                 if b is not None and b.behaviour == "replay" and b.history and self.rng.chance(0.3):
                     data = b.history[self.rng.randrange(len(b.history))]
@@ -579,10 +582,11 @@ class Cluster:
             self._persist(p)  # each batch comes straight from a call into p: its votes go to disk first
             for e in fx:
                 match e:
-                    case Commit(block=block):
+                    case Commit(block=block, state=state):
                         self._on_commit(p, block)
-                        if self.resume:  # as a node does once it applied the block
-                            work.append((p, self.replicas[p].resume()))
+                        self.applied[p] = state
+                    case RequestVerdict(block_hash=bh, proposal=proposal):  # judged here, in the batch's order
+                        work.append((p, self.replicas[p].verdict(bh, self._verdict(p, proposal))))
                     case Send(to=to, message=m):
                         self._send(p, (to,), m)
                     case Broadcast(to=to, message=m):
@@ -615,14 +619,20 @@ class Cluster:
 
     def _make_proposal(self, peer: str, height: int, view: int) -> list[Effect]:
         r = self.replicas[peer]
-        st = r.chain_state
+        st = self.applied[peer]  # (the host builds its payload from the state it applied)
         b = self.byzantine.get(peer)
         if b is not None and b.behaviour in ("equivocate", "wrong_proposal"):
             self._byzantine_proposal(peer, b, st, view)
             return []
         if (b is not None and b.behaviour == "silent") or peer in self.disagree:
             return []  # a replica that cannot re-execute cannot build a proposal either
-        return r.propose(self.honest_payload(st, view, peer), height=height, view=view, time_ms=self._time_ms(st))
+        fx = r.propose(self.honest_payload(st, view, peer), height=height, view=view, time_ms=self._time_ms(st))
+        for e in fx:  # the host built this payload from its state: it agrees with it (no RequestVerdict for its own)
+            if isinstance(e, Broadcast) and e.message.kind == KIND_PRE_PREPARE and peer in self.honest:
+                own = parse(e.message)
+                assert isinstance(own, PrePrepare)
+                self.validations.setdefault(own.block_hash, set()).add(peer)
+        return fx
 
     def _byzantine_proposal(self, peer: str, b: _Byzantine, st: ChainState, view: int) -> None:
         key, h = self.keys[peer], st.height + 1
@@ -865,3 +875,15 @@ class Cluster:
         """(messages, bytes) of pre-prepare/prepare/commit/view-change/new-view sent so far."""
         kinds = ("pre_prepare", "prepare", "commit", "view_change", "new_view")
         return sum(self.sent[k] for k in kinds), sum(self.sent_bytes[k] for k in kinds)
+
+
+def agree(replica: Replica, effects: list[Effect], judge: Callable[[Proposal], str | Pending | None] | None = None) -> list[Effect]:
+    """``effects`` with each ``RequestVerdict`` answered in place, as a host that judges at once would: by
+    ``judge(proposal)`` (default: agree with everything). The answer's effects follow the request, answered too."""
+    out: list[Effect] = []
+    for e in effects:
+        out.append(e)
+        if isinstance(e, RequestVerdict):
+            verdict = None if judge is None else judge(e.proposal)
+            out += agree(replica, replica.verdict(e.block_hash, verdict), judge)
+    return out

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 from ledger import Block, BlockHeader, Certificate, ChainState, Evidence, Payload
 
-from consensus._messages import Message
+from consensus._messages import Message, Proposal
 
-__all__ = ["Broadcast", "Commit", "CommitHeader", "Effect", "ReportMisbehavior", "RequestProposal", "Send", "SendBlocks"]
+__all__ = [
+    "Broadcast", "Commit", "CommitHeader", "Effect", "ReportMisbehavior", "RequestProposal", "RequestVerdict", "Send",
+    "SendBlocks",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,9 +61,13 @@ class SendBlocks:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Commit:
-    """``block`` is decided at its height: persist it, then apply it. Its certificate is in the block."""
+    """``block`` is decided at its height: persist it, then apply it. Its certificate is in the block; ``state`` is
+    the chain state after it. One batch may hold several heights (a replica catching up decides a run of synced
+    blocks in one call), so a host takes the state of each height from its effect, not from the replica, which may
+    be further on already."""
 
     block: Block
+    state: ChainState
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +95,22 @@ class RequestProposal:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestVerdict:
+    """Judge ``proposal``, the pre-prepare of (``height``, ``view``) with hash ``block_hash``, and answer with
+    ``Replica.verdict(block_hash, ...)``: None to agree, the reason to refuse, or :class:`consensus.Pending` while an
+    input is missing (then answer again once it is here). Validity is an input of the replica, as in Malachite
+    (``ProposedValue.validity``): the host judges when and where it likes (a runtime in a worker thread, re-executing
+    the round), so nothing runs inside the replica's call. The replica neither votes nor refuses meanwhile; the
+    view's timer bounds the wait, and then it refuses the proposal (a host that never answers only costs a view
+    change). The host judges against its state *after* every ``Commit`` before this effect in the batch."""
+
+    height: int
+    view: int
+    block_hash: bytes
+    proposal: Proposal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportMisbehavior:
     """Signed proof that a member misbehaved, for a later block's ``payload.evidence``.
 
@@ -100,4 +123,4 @@ class ReportMisbehavior:
     payload: Payload | None = None
 
 
-Effect = Send | Broadcast | SendBlocks | Commit | CommitHeader | RequestProposal | ReportMisbehavior
+Effect = Send | Broadcast | SendBlocks | Commit | CommitHeader | RequestProposal | RequestVerdict | ReportMisbehavior

@@ -2,11 +2,12 @@
 
 1. The primary pre-prepares a block (header + payload) (:meth:`NormalCase._propose`); its pre-prepare counts as its
    own vote.
-2. A backup that accepts it (:meth:`NormalCase._accept`: signed by the primary of ``(h, v)``, a header of view ``v``
-   linking to the previous block, and the host's ``validate(proposal)`` returns ``None``) broadcasts PREPARE. One
-   that refuses records why, reports the signed proposal and starts a view change at once
-   (:meth:`NormalCase._refuse`); one whose host lacks an input to judge it (:class:`~consensus.Pending`) waits, within
-   the view's timer.
+2. A backup checks the pre-prepare (:meth:`NormalCase._accept`: signed by the primary of ``(h, v)``, a header of
+   view ``v`` linking to the previous block) and asks its host for a verdict on the proposal
+   (:class:`~consensus.RequestVerdict`); the host answers with :meth:`~consensus.Replica.verdict`. On ``None`` it
+   broadcasts PREPARE. One that refuses records why, reports the signed proposal and starts a view change at once
+   (:meth:`NormalCase._refuse`). Until the verdict comes (or while the host lacks an input to judge it:
+   :class:`~consensus.Pending`) it waits, within the view's timer.
 3. With the pre-prepare and ``q`` matching votes a replica is *prepared* and broadcasts COMMIT.
 4. ``q`` COMMITs of one view for one block hash are its certificate: the block is decided (:meth:`NormalCase._decide`).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from ledger import TIME_MS_MAX, Block, ChainState, Evidence, Payload, hash_tagged, make_header
 
 from consensus._certify import advance_state
-from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior
+from consensus._effects import Broadcast, Commit, Effect, ReportMisbehavior, RequestVerdict
 from consensus._errors import LocalProtocolError, RemoteProtocolError
 from consensus._messages import (
     KIND_COMMIT,
@@ -68,7 +69,7 @@ class NormalCase(ReplicaState):
             payload=payload,
         )
         block_hash = header.hash()
-        reason = self._check_header(header, payload) or self._verdict(block_hash, Proposal(header, payload))
+        reason = self._check_header(header, payload)  # (the host built the payload: it asks itself no verdict)
         if reason is not None:
             raise LocalProtocolError(f"own proposal for height {height} view {v} refused: {reason}")
         msg = pre_prepare_message(self._key, self._ctx.chain_id, height, v, header, payload)
@@ -98,10 +99,12 @@ class NormalCase(ReplicaState):
             return
         if validate:
             self._log.waiting = None
-            reason = self._check_header(pp.header, pp.payload) or self._verdict(block_hash, proposal)
-            if isinstance(reason, Pending):  # the host lacks an input: wait for it, within the view's timer
-                self._log.waiting = (pp, reason)
+            reason = self._check_header(pp.header, pp.payload)
+            if reason is None and block_hash not in self._log.verdicts:  # ask the host; wait, within the view's timer
+                self._log.waiting = (pp, Pending("the host has not judged the proposal yet"))
+                fx.append(RequestVerdict(height=height, view=v, block_hash=block_hash, proposal=proposal))
                 return
+            reason = reason or self._log.verdicts[block_hash]
             if reason is not None:
                 self._refuse(pp, reason, fx)
                 return
@@ -194,16 +197,17 @@ class NormalCase(ReplicaState):
 
     def _decide(self, block: Block, fx: list[Effect], *, state: ChainState | None = None) -> None:
         """``block`` is decided (``state``: the chain state after it, if already at hand from its check). The host
-        applies it before this replica handles more input (:meth:`~consensus.Replica.resume`)."""
-        fx.append(Commit(block=block))
-        self._awaiting_apply = True
+        applies it in the order of the effects; this replica goes on with the next height's held input at once
+        (a proposal of that height is judged by the host after it applied this block: ``RequestVerdict``)."""
+        state = advance_state(self._state, block) if state is None else state
+        fx.append(Commit(block=block, state=state))
         self._decided += 1
         block_hash = block.header.hash()
         newcomers = sorted(set(block.payload.next_committee) - self._committee_set - {self._peer_id})
         if newcomers and self._in_committee and self._peer_id in self._announcers(block_hash):
             # the next committee's newcomers took no part in this height: they get the block from f + 1 members
             fx.append(Broadcast(to=tuple(newcomers), message=decided_message(block)))
-        self._enter_height(advance_state(self._state, block) if state is None else state, fx)
+        self._enter_height(state, fx)
 
     def _announcers(self, block_hash: bytes) -> list[str]:
         """The ``C - q + 1`` committee members (at least one honest) that send a decided block onwards."""

@@ -9,10 +9,11 @@ option), view ``v`` restarting at 0 every height, primary of ``(height, view)`` 
 :class:`Replica` owns the state and routes each input to one handler. Each concern lives in a module of its own, as
 a mixin on the shared state:
 
-* ``_normal.py``: the normal case [pBFT §4.2-4.3]: pre-prepare, PREPARE, COMMIT, decide; a backup whose host lacks
-  an input to judge a proposal (``validate`` returns :class:`Pending`: an update blob still on its way) waits, as a
-  pBFT backup waits for a request sent apart from its pre-prepare [Castro & Liskov, TOCS 2002: separate request
-  transmission], until :meth:`Replica.judge_again` or the view's timer;
+* ``_normal.py``: the normal case [pBFT §4.2-4.3]: pre-prepare, PREPARE, COMMIT, decide; a backup asks its host
+  for a verdict on a proposal (``RequestVerdict``) and waits for it (:meth:`Replica.verdict`); one whose host lacks an
+  input to judge it (the verdict is :class:`Pending`: an update blob still on its way) waits on, as a pBFT backup
+  waits for a request sent apart from its pre-prepare [Castro & Liskov, TOCS 2002: separate request transmission],
+  until the host's next verdict or the view's timer;
 * ``_view_change.py``: view changes [pBFT §4.5.2];
 * ``_heights.py``: entering a height, and handing it to a re-drawn committee (committee attempts);
 * ``_sync.py``: catching up by decided blocks or headers, and serving members that lag;
@@ -27,9 +28,11 @@ VIEW-CHANGE to every member (nothing is re-sent while views make progress). A me
 VIEW-CHANGE for a view this replica has left gets this replica's own VIEW-CHANGE for that view back, so
 members split across two views cannot wait for each other for ever.
 
-After a ``Commit`` the replica stops handling its input until the host has applied the block
-(:meth:`Replica.resume`, or the next ``step``/``tick``/``propose``): the host's ``validate`` then judges the
-next height's proposal against the next height's state.
+Validity is an input, as in Malachite (``ProposedValue.validity``): the replica never calls into its host to
+judge a proposal. It emits ``RequestVerdict`` and goes on; the host answers with :meth:`Replica.verdict` when it
+has judged (at once, as the simulator does, or after re-executing the round in a worker thread, as the network
+runtime does). So the replica need not stop after a ``Commit``: a batch of effects may decide several heights, and
+the host, executing it in order, judges a proposal of height h + 1 after it applied block h.
 
 A *lazy* replica (``lazy=True``, with ``next_committee``) outside the committee keeps no sync timer while its host
 has no role at its height, or its part there is over (:meth:`Replica.rest`), and it knows no later height: it
@@ -83,7 +86,7 @@ from consensus._messages import (
     parse,
 )
 from consensus._normal import NormalCase
-from consensus._replica_types import Pending, Phase, Refusal, ReplicaConfig, ReplicaStatus, Validator
+from consensus._replica_types import Pending, Phase, Refusal, ReplicaConfig, ReplicaStatus, Verdict
 from consensus._state import NEVER
 from consensus._sync import CatchUp
 from consensus._view_change import ViewChanges
@@ -97,14 +100,14 @@ __all__ = [
     "Replica",
     "ReplicaConfig",
     "ReplicaStatus",
-    "Validator",
+    "Verdict",
 ]
 
 
 class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
     """One member's pBFT replica. Drive it with :meth:`step` (a peer's message), :meth:`tick` (one tick of
-    logical time) and :meth:`propose` (the node's proposal, after ``RequestProposal``); execute the
-    returned effects in order.
+    logical time), :meth:`propose` (the node's proposal, after ``RequestProposal``) and :meth:`verdict` (the node's
+    judgement of a proposal, after ``RequestVerdict``); execute the returned effects in order.
 
     Parameters
     ----------
@@ -114,8 +117,6 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         This member's key; it signs every vote.
     state:
         The last decided chain state (``ledger.genesis_state(ctx)`` at start).
-    validate:
-        ``validate(proposal) -> None | reason``: deterministic re-execution of the proposal by the node.
     config:
         Timeouts and bounds; ``ReplicaConfig.from_timeouts(genesis.protocol.timeouts)`` by default.
     restore:
@@ -127,7 +128,10 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         this replica takes only whole blocks. ``needs_payload(state_after)``: whether the host needs the
         payload of the block that leads to ``state_after`` (it has a role in the next round, holds evidence,
         keeps an archive...); a replica outside the committee takes a header (``CommitHeader``) only where it
-        says no, and otherwise asks the sender for the whole block.
+        says no, and otherwise asks the sender for the whole block. It is asked during the replica's call, so a
+        host executing a batch that decided several heights may answer for a later state before it applied the
+        earlier blocks: what it holds then only shrinks as it applies them (evidence a block included), so such an
+        answer can take a whole block where a header would have done, never the reverse.
     lazy:
         With ``next_committee`` and ``needs_payload``: outside the committee, sleep (no sync timer) at a height where
         the host has no role (``needs_payload(state)`` is False) until a message shows a later height, and catch
@@ -182,7 +186,6 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         ctx: ChainContext,
         key: KeyPair,
         state: ChainState,
-        validate: Validator,
         config: ReplicaConfig | None = None,
         restore: bytes | None = None,
         next_committee: Callable[[ChainState], tuple[str, ...]] | None = None,
@@ -201,7 +204,6 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         super().__init__(
             ctx=ctx,
             key=key,
-            validate=validate,
             config=config if config is not None else ReplicaConfig.from_timeouts(ctx.genesis.protocol.timeouts),
             next_committee=next_committee,
             needs_payload=needs_payload,
@@ -226,26 +228,13 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
     def step(self, message: Message, *, sender: str | None = None) -> list[Effect]:
         """A peer's message arrived (``sender``: the transport-authenticated peer, if known)."""
         fx = self.start()
-        self._awaiting_apply = False
         self._inbox.append((message, sender))
-        self._drain(fx)
-        return fx
-
-    def resume(self) -> list[Effect]:
-        """Handle the input held back behind a ``Commit`` (see :meth:`_drain`), once the host applied the block.
-
-        A host whose ``validate`` reads its own per-height state (the node core: the round's updates, the
-        model) calls it right after applying a ``Commit``; otherwise the next ``step``/``tick`` goes on.
-        """
-        fx = self.start()
-        self._awaiting_apply = False
         self._drain(fx)
         return fx
 
     def tick(self) -> list[Effect]:
         """One tick of logical time passed: the timers (committee attempt, retransmission, the phase's deadline)."""
         fx = self.start()
-        self._awaiting_apply = False
         self._now += 1
         if self._now >= self._next_attempt_at():
             self._enter_attempt(self._attempt + 1, fx)  # this height outlasted its committee: the next one takes it
@@ -266,17 +255,23 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         self._drain(fx)
         return fx
 
-    def judge_again(self) -> list[Effect]:
-        """The host now holds the input a :class:`Pending` verdict lacked: validate the waiting pre-prepare of this
-        view again (PREPARE, a refusal, or still waiting). Nothing happens without one (:attr:`waiting`)."""
+    def verdict(self, block_hash: bytes, verdict: Verdict) -> list[Effect]:
+        """The host's judgement of the proposal it was asked about (``RequestVerdict``): None agrees (PREPARE), a
+        reason refuses it (evidence and a view change), :class:`Pending` says an input is missing (the replica waits
+        on, until a later verdict or the view's timer; the timer's refusal then gives this reason).
+
+        A verdict on a proposal this replica no longer waits for (the view or height moved on, or it already had
+        one) changes nothing: a host may answer late, and in a worker thread it cannot know."""
         fx = self.start()
-        self._awaiting_apply = False
         waiting = self._log.waiting
-        if waiting is not None:
-            self._log.waiting = None
-            assert (waiting[0].signed.view, self._phase) == (self._view, Phase.PROPOSE), (waiting[0].signed.view,
-                                                                                          self._view, self._phase)
-            self._accept(waiting[0], fx, validate=True)
+        if waiting is not None and waiting[0].block_hash == block_hash:
+            pp = waiting[0]
+            assert (pp.signed.view, self._phase) == (self._view, Phase.PROPOSE), (pp.signed.view, self._view, self._phase)
+            if isinstance(verdict, Pending):
+                self._log.waiting = (pp, verdict)
+            else:
+                self._log.verdicts[block_hash] = verdict
+                self._accept(pp, fx, validate=True)
         self._drain(fx)
         return fx
 
@@ -285,10 +280,10 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
 
         Returns ``[]`` (counted in ``status().stale_proposals``) if the replica has moved on since the
         request. Raises :class:`LocalProtocolError` if this replica is not the primary, already
-        proposed, or its own ``validate`` refuses the proposal.
+        proposed, or the header it would sign does not follow from its state (the host judges its own payload
+        before proposing it: no ``RequestVerdict`` for it).
         """
         fx = self.start()
-        self._awaiting_apply = False  # the host handled the RequestProposal, so also the Commit that came before it
         if (height, view) != (self._height, self._view) or self._phase is not Phase.PROPOSE:
             self._stale_proposals += 1
             return fx
@@ -308,7 +303,6 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
             self._phase is not Phase.OBSERVE
             or self._queued_effects
             or self._inbox
-            or self._awaiting_apply
             or self._view_change_on_start
         ):
             return 0
@@ -334,7 +328,8 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
 
     @property
     def waiting(self) -> Proposal | None:
-        """The proposal of this view whose verdict is :class:`Pending` (see :meth:`judge_again`), or None."""
+        """The proposal of this view that waits for the host's verdict (asked by ``RequestVerdict``, or answered
+        :class:`Pending`), or None."""
         waiting = self._log.waiting
         if waiting is None:
             return None
@@ -374,7 +369,7 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
         A host saves it durably (fsync) whenever :attr:`durable_version` changed, after persisting the
         batch's ``Commit`` blocks and *before* sending the batch's messages: a vote never leaves the node
         before it is on disk (docs/design.md, "Durability"). The replica signs only inside :meth:`start`,
-        :meth:`step`, :meth:`tick`, :meth:`propose` and :meth:`resume`, never in its constructor (a
+        :meth:`step`, :meth:`tick`, :meth:`propose` and :meth:`verdict`, never in its constructor (a
         restored replica signs its VIEW-CHANGE in :meth:`start`), so a host may note
         :attr:`durable_version` right after building it and compare after each call.
         """
@@ -422,11 +417,9 @@ class Replica(NormalCase, ViewChanges, Heights, CatchUp, DurableLog):
     # --- input loop: one handler per input ----------------------------------------------------------------------
 
     def _drain(self, fx: list[Effect]) -> None:
-        """Handle the inbox in order; stop after a ``Commit``: the next height's held messages (a pre-prepare
-        among them) must wait until the host applied the block, or ``validate`` would judge a proposal of
-        height h + 1 against the host's state of height h (and a batch of synced blocks would reach the
-        host several heights at a time)."""
-        while self._inbox and not self._awaiting_apply:
+        """Handle the inbox in order, the held messages of each new height included (past a ``Commit``: the host
+        judges a proposal of the next height only when it meets the ``RequestVerdict``, after the block)."""
+        while self._inbox:
             message, sender = self._inbox.popleft()
             try:
                 self._on_message(message, sender, fx)

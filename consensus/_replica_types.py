@@ -1,31 +1,31 @@
 """The replica's value types: its configuration (:class:`ReplicaConfig`), phases (:class:`Phase`), the host's
-verdict on a proposal (:data:`Validator`, :class:`Pending`) and its status snapshot (:class:`ReplicaStatus`)."""
+verdict on a proposal (:data:`Verdict`, :class:`Pending`) and its status snapshot (:class:`ReplicaStatus`)."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from ledger import Timeouts
 
-from consensus._messages import Proposal
-
-__all__ = ["Pending", "Phase", "Refusal", "ReplicaConfig", "ReplicaStatus", "Validator"]
+__all__ = ["Pending", "Phase", "Refusal", "ReplicaConfig", "ReplicaStatus", "Verdict"]
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A verdict not reached yet: the host lacks an input to judge the proposal (``reason``: which). The replica
-    neither votes nor refuses; it judges the proposal again when its host calls :meth:`Replica.judge_again`, and
+    neither votes nor refuses; it waits for the host's next verdict on the proposal (:meth:`Replica.verdict`), and
     refuses it with ``reason`` if the view's timer expires first."""
 
     reason: str
 
 
-Validator = Callable[[Proposal], "str | Pending | None"]
-"""``validate(proposal) -> None`` if the replica agrees, the reason it refuses, or :class:`Pending` while the host
-lacks an input to judge it. Must be deterministic (given the host's inputs)."""
+Verdict: TypeAlias = str | Pending | None
+"""The host's answer to ``RequestVerdict`` (:meth:`Replica.verdict`): None if it agrees, the reason it refuses, or
+:class:`Pending` while it lacks an input to judge the proposal. Must be deterministic (given the host's inputs)."""
+
 
 class Phase(enum.StrEnum):
     PROPOSE = "propose"  # waiting for the view's pre-prepare (the primary: for its node's proposal)

@@ -54,7 +54,7 @@ from consensus._messages import (
     PreparedProof,
     Proposal,
 )
-from consensus._replica_types import Pending, Phase, Refusal, ReplicaConfig, Validator
+from consensus._replica_types import Pending, Phase, Refusal, ReplicaConfig
 from consensus._votes import Quorum, VoteKeeper
 
 __all__ = ["NEVER", "SIGNING_ORDER", "HeightLog", "HeldDecided", "HeldMessage", "ReplicaState"]
@@ -74,7 +74,7 @@ class HeightLog:
     def __init__(self) -> None:
         self.accepted: dict[int, PrePrepare] = {}  # view -> accepted pre-prepare
         self.proposals: dict[bytes, Proposal] = {}  # block hash -> proposal
-        self.verdicts: dict[bytes, str | None] = {}  # block hash -> validate()
+        self.verdicts: dict[bytes, str | None] = {}  # block hash -> the host's verdict (Replica.verdict)
         self.prepared: tuple[PreparedProof, Payload] | None = None  # highest prepared certificate
         self.new_view_sent: set[int] = set()
         self.sent: dict[tuple[str, int], Message] = {}  # own (kind, view) -> message
@@ -119,7 +119,6 @@ class ReplicaState:
         *,
         ctx: ChainContext,
         key: KeyPair,
-        validate: Validator,
         config: ReplicaConfig,
         next_committee: Callable[[ChainState], tuple[str, ...]] | None,
         needs_payload: Callable[[ChainState], bool] | None,
@@ -129,7 +128,6 @@ class ReplicaState:
         self._ctx = ctx
         self._key = key
         self._peer_id = key.peer_id
-        self._validate = validate
         self._next_committee = next_committee
         self._needs_payload = needs_payload
         self._lazy = lazy
@@ -157,7 +155,6 @@ class ReplicaState:
         # input held back
         self._buffer: list[HeldMessage] = []  # for a later view or height
         self._inbox: deque[tuple[Message, str | None]] = deque()
-        self._awaiting_apply = False  # a Commit left in this batch: the host applies it before more input is judged
         self._queued_effects: list[Effect] = []  # produced outside a call (constructor, restore): start() returns them
         # durability (_durable.py)
         self._durable_key: tuple[int, int, int] | None = None
@@ -338,15 +335,6 @@ class ReplicaState:
             if p not in self._ctx.members:
                 return f"next committee names non-member {p!r:.60}"
         return None
-
-    def _verdict(self, block_hash: bytes, proposal: Proposal) -> str | Pending | None:
-        """The host's ``validate(proposal)``, asked once per block (a :class:`Pending` one is asked again)."""
-        if block_hash in self._log.verdicts:
-            return self._log.verdicts[block_hash]
-        verdict = self._validate(proposal)
-        if not isinstance(verdict, Pending):
-            self._log.verdicts[block_hash] = verdict
-        return verdict
 
     # --- what one concern asks of another (implemented by the mixin named; declared here for the others) ----------
 

@@ -99,7 +99,6 @@ class CatchUp(ReplicaState):
             self._ask_block(sender, fx)
             return
         fx.append(CommitHeader(header=d.header, certificate=d.certificate, state=state))
-        self._awaiting_apply = True
         self._decided += 1
         self._enter_height(state, fx)
 

@@ -297,6 +297,12 @@ class RoundHistory:
             for k in [k for k in d if k < floor]:
                 del d[k]
 
+    def snapshot(self) -> RoundHistory:
+        """A copy that later :meth:`record` calls leave alone (for a re-execution that runs while the node goes on);
+        the models are shared, never written."""
+        return RoundHistory(self.window, dict(self.plans), dict(self.models),
+                            {k: set(v) for k, v in self.included.items()})
+
     def busy(self, height: int) -> frozenset[str]:
         """Trainers of the window before ``height`` whose update is not in yet (still computing: sself spec §1.2
         samples S_{t+1} disjoint from them)."""

@@ -62,6 +62,7 @@ from consensus import (
     ReplicaConfig,
     ReportMisbehavior,
     RequestProposal,
+    RequestVerdict,
     Send,
     SendBlocks,
     cmfl_record,
@@ -125,6 +126,7 @@ __all__ = [
     "Misbehavior",
     "NodeCore",
     "NodeEffect",
+    "Check",
     "NodeStatus",
     "RoundRules",
     "Train",
@@ -243,7 +245,30 @@ class Withheld:
     kind: str
 
 
-NodeEffect = Transmit | Train | Decided | Misbehavior | Withheld
+Checked = tuple[str | None, np.ndarray | None, bytes | None, bytes | None]
+"""What re-executing a round gives (:meth:`RoundRules.check_payload`): ``(reason, model, model_blob, state)``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """Re-execute a proposal's round (``NodeCore(offload_checks=True)``): call ``run()`` where it does not hold the
+    host's loop (the network runtime: a worker thread) and hand what it returns to :meth:`NodeCore.on_checked`.
+
+    ``run`` reads only what the core handed it when it made the effect (the chain state, the previous model, the
+    updates it held, a copy of the round history) and the content-addressed blob store, so it may run while the
+    core goes on; an outcome that comes back after the core left the proposal's height is dropped. This is the
+    heavy part of judging a proposal (decoding the updates, aggregating them: about a second for a 45 MB model on
+    2 cores); the checks before it (signatures, censorship, the clock) run in the core at once."""
+
+    height: int
+    block_hash: bytes
+    purpose: str
+    """``"verdict"`` (the replica asked: ``RequestVerdict``) or ``"evidence"`` (a refused proposal judged again)."""
+    run: Callable[[], Checked]
+    then: Callable[[Checked], None]
+
+
+NodeEffect = Transmit | Train | Decided | Misbehavior | Withheld | Check
 
 
 class Behavior:
@@ -254,7 +279,7 @@ class Behavior:
     """
 
     accepts_everything: bool = False
-    """A colluding validator: its ``validate`` never refuses (and its own corrupt proposal passes)."""
+    """A colluding validator: its verdict never refuses (and its own corrupt proposal passes)."""
 
     def proposal(self, payload: Payload, model: np.ndarray, model_blob: bytes) -> tuple[Payload, np.ndarray, bytes]:
         """The payload this node proposes (a corrupt coordinator changes it)."""
@@ -418,6 +443,10 @@ class NodeCore:
         Fetch every blob a decided block references (the updates, the strategy state), not only the model, so
         this node's own ledger can be re-executed (``concilium ledger verify``) even for the rounds it did not
         validate. A runtime node archives; the simulator writes one ledger from the validators' reports.
+    offload_checks:
+        Re-execute a proposal's round in the host, where it does not hold the host's loop: the core emits a
+        :class:`Check` and judges on in :meth:`on_checked` (the network runtime: a worker thread). False (default):
+        at once, inside the call that met the replica's ``RequestVerdict`` (the simulator).
     model_missing:
         The model of ``state`` is not at hand (a node restarted before its blob was stored): ``initial_model``
         is then the genesis model, for its dimension only, and the state's model is fetched from peers.
@@ -496,7 +525,10 @@ class NodeCore:
         models_for_all: bool = True,
         headers_for_outsiders: bool = False,
         lazy_outsiders: bool = False,
+        offload_checks: bool = False,
     ) -> None:
+        self._offload_checks = offload_checks
+        self._checking: set[tuple[str, bytes]] = set()  # (purpose, block hash) of the Check effects out
         self._rules = self._own_rules(rules, genesis, ctx, public)
         self._models_for_all = models_for_all or archive
         self._block_source = block_source
@@ -636,7 +668,7 @@ class NodeCore:
             follow = {"next_committee": self._rules.next_committee_coordinator, "needs_payload": self._needs_payload,
                       "lazy": self._lazy, "committee_epoch": self._rules.committee_epoch}
         self._replica = Replica(
-            ctx=self._ctx, key=self._key, state=self._state, validate=self._validate,
+            ctx=self._ctx, key=self._key, state=self._state,
             config=replica_config if replica_config is not None else self._deadlines.replica_config(), **restore,
             **follow,
         )
@@ -961,8 +993,8 @@ class NodeCore:
         if self._rejudge:
             self._rejudge_refused()
         waiting = self._replica.waiting
-        if waiting is not None and self._inputs_here(waiting):  # (the verdict was Pending: _judge)
-            self._apply_replica(self._replica.judge_again())
+        if waiting is not None and ("verdict", waiting.block_hash) not in self._checking and self._inputs_here(waiting):
+            self._verdict(waiting.block_hash, waiting)  # (the verdict was Pending: _judge; judged again)
         self._tell_new_primary()
         self._maybe_score()
         self._maybe_nudge()
@@ -1043,6 +1075,13 @@ class NodeCore:
         time_ms = self._behavior.proposal_time(time_ms, latest, lambda t: make_header(
             chain_id=self._genesis.chain_id, height=r.plan.height, prev_hash=self._state.head_hash, view=view,
             proposer=self.peer_id, time_ms=t, payload=payload), payload)
+        header = make_header(chain_id=self._genesis.chain_id, height=r.plan.height, prev_hash=self._state.head_hash,
+                             view=view, proposer=self.peer_id, time_ms=time_ms, payload=payload)
+        if not self._behavior.accepts_everything and self._judge_at_once(Proposal(header, payload)) is not None:
+            # its own checks refuse it (its block time beyond its own clock's drift: a clock fault): no proposal,
+            # as the validators would refuse it; the re-execution is left out (the node built the payload itself)
+            self._dropped["own proposal refused"] += 1
+            return
         try:
             effects = self._replica.propose(payload, height=r.plan.height, view=view, time_ms=time_ms)
         except LocalProtocolError:
@@ -1108,21 +1147,41 @@ class NodeCore:
         )
         return payload, result.model, blob
 
-    # --- validation (pBFT's validate callback) ----------------------------------------------------
+    # --- validation: the replica's RequestVerdict --------------------------------------------------
 
-    def _validate(self, proposal: Proposal) -> str | Pending | None:
+    def _verdict(self, block_hash: bytes, proposal: Proposal) -> None:
+        """Judge ``proposal`` for the replica (``RequestVerdict``) and answer it (``Replica.verdict``), now or once
+        the round's re-execution comes back (:class:`Check`)."""
         if self._behavior.accepts_everything:
-            return None
-        reason, provable = self._judge(proposal)
-        hd = proposal.header
-        if reason is not None:
-            self._refused[(hd.height, hd.view, hd.proposer)] = proposal  # relayed with its evidence, or judged again
-            if not provable:
-                self._unprovable.add((hd.height, hd.view, hd.proposer))
-        return reason
+            self._apply_replica(self._replica.verdict(block_hash, None))
+            return
 
-    def _judge(self, proposal: Proposal) -> tuple[str | Pending | None, bool]:
-        """``(why the proposal is refused or None, whether that proves the proposer faulty)``; the reason is
+        def answer(reason: str | Pending | None, provable: bool) -> None:
+            hd = proposal.header
+            if reason is not None:
+                self._refused[(hd.height, hd.view, hd.proposer)] = proposal  # relayed with its evidence, or judged again
+                if not provable:
+                    self._unprovable.add((hd.height, hd.view, hd.proposer))
+            self._apply_replica(self._replica.verdict(block_hash, reason))
+
+        self._judge(proposal, ("verdict", block_hash), answer)
+
+    def on_checked(self, check: Check, outcome: Checked | None) -> list[NodeEffect]:
+        """A :class:`Check` ran (``offload_checks``): judge on from its outcome, unless this node left its height.
+        None: the check failed (the host logged why); no verdict then, and the replica's timer refuses the proposal
+        without accusing its proposer."""
+        self._checking.discard((check.purpose, check.block_hash))
+        if outcome is None:
+            self._dropped["check failed"] += 1
+        elif check.height == self._round.plan.height:
+            check.then(outcome)
+        else:
+            self._dropped["check of a height left"] += 1
+        self._progress()
+        return self._flush()
+
+    def _judge(self, proposal: Proposal, key: tuple[str, bytes], then: Callable[[str | Pending | None, bool], None]) -> None:
+        """Call ``then(why the proposal is refused or None, whether that proves the proposer faulty)``; the reason is
         ``Pending`` (not provable) while this validator lacks an input, the previous model or a blob, which it
         fetches: the replica waits for it within the view's timer (:meth:`_progress` judges again once it is here),
         as an update on its way from its trainer may arrive after the proposal that includes it.
@@ -1133,7 +1192,54 @@ class NodeCore:
         confirm an ``invalid_proposal`` evidence item, or finds the block time beyond its own clock's drift (either
         way); such a refusal (for a missing input: when the view's timer expires) still votes for a view change, but
         it never becomes evidence, so an honest proposer is never accused.
+
+        The re-execution of the round (:meth:`RoundRules.check_payload`) runs here, or with ``offload_checks`` in the
+        host (:class:`Check`); ``key`` names it while it runs there.
         """
+        early = self._judge_at_once(proposal)
+        if early is not None:
+            then(*early)
+            return
+        payload = proposal.payload
+        skip = proposal.header.view >= ATTEMPT_VIEWS  # a re-drawn committee's block: the skip (RoundRules.skip_payload)
+        assert self._model is not None
+        state, model, blobs, algo_state = self._state, self._model, self._blobs, self._algo_state
+        history = self._history.snapshot() if self._offload_checks else self._history
+        held = None if skip else {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
+        rules = self._rules
+
+        def run() -> Checked:
+            if skip:
+                return rules.check_payload(state, payload, model, blobs, algo_state=algo_state, history=history,
+                                           view=proposal.header.view)
+            return rules.check_payload(state, payload, model, blobs, algo_state=algo_state, history=history, held=held)
+
+        def done(outcome: Checked) -> None:
+            reason, new_model, blob, new_state = outcome
+            if reason is not None:
+                if skip:
+                    then(reason, True)  # (the skip is a pure function of the state: any other payload is wrong)
+                    return
+                missing = [u.digest for u in payload.updates if not self._blobs.has(u.digest)]
+                for d in missing:
+                    self._want_blob(d, ask=proposal.header.proposer)
+                if missing or self._algo_state_missing:
+                    then(Pending(reason), False)
+                else:
+                    then(reason, True)
+                return
+            assert new_model is not None and blob is not None
+            self._remember_validated(payload.model_digest, new_model, blob, new_state)
+            then(None, True)
+
+        if not self._offload_checks:
+            done(run())
+            return
+        self._checking.add(key)
+        self._out.append(Check(height=proposal.header.height, block_hash=key[1], purpose=key[0], run=run, then=done))
+
+    def _judge_at_once(self, proposal: Proposal) -> tuple[str | Pending | None, bool] | None:
+        """What judging ``proposal`` finds before re-executing its round (see :meth:`_judge`), or None to go on."""
         payload = proposal.payload
         if proposal.header.height != self._round.plan.height:  # (the replica waits for the commit: not expected)
             return f"this validator is at height {self._round.plan.height}, not {proposal.header.height}", False
@@ -1145,18 +1251,10 @@ class NodeCore:
                     f"({latest - clock} ms) from this validator's clock {clock}"), False
         if self._model is None:
             return Pending("this validator does not have the previous model yet"), False
-        if proposal.header.view >= ATTEMPT_VIEWS:  # a re-drawn committee's block: the skip (RoundRules.skip_payload)
+        if proposal.header.view >= ATTEMPT_VIEWS:
             if not self._state.model_digest:
                 return "this validator followed the previous block by its header: it cannot build the skip", False
-            reason, model, blob, new_state = self._rules.check_payload(
-                self._state, payload, self._model, self._blobs, algo_state=self._algo_state, history=self._history,
-                view=proposal.header.view,
-            )
-            if reason is not None:
-                return reason, True  # (the skip is a pure function of the state: any other payload is wrong)
-            assert model is not None and blob is not None
-            self._remember_validated(payload.model_digest, model, blob, new_state)
-            return None, True
+            return None
         for ev in payload.evidence:
             if ev.kind == KIND_INVALID_PROPOSAL and proposal_evidence_key(ev) not in self._confirmed:
                 return f"cannot confirm the evidence against {ev.offender}: this validator did not refuse that proposal", False
@@ -1176,21 +1274,7 @@ class NodeCore:
             omitted = sorted(m for m in self._round.rows if m not in used and self._omission_counts("row", m, proposal))
             if omitted:
                 return f"the proposal leaves out the score row(s) of {', '.join(omitted)}", False
-        held = {k: (c.digest, v) for k, (c, v) in self._round.updates.items()}
-        reason, model, blob, new_state = self._rules.check_payload(
-            self._state, payload, self._model, self._blobs,
-            algo_state=self._algo_state, history=self._history, held=held,
-        )
-        if reason is not None:
-            missing = [u.digest for u in payload.updates if not self._blobs.has(u.digest)]
-            for d in missing:
-                self._want_blob(d, ask=proposal.header.proposer)
-            if missing or self._algo_state_missing:
-                return Pending(reason), False
-            return reason, True
-        assert model is not None and blob is not None
-        self._remember_validated(payload.model_digest, model, blob, new_state)
-        return None, True
+        return None
 
     def _remember_validated(self, digest: bytes, model: np.ndarray, blob: bytes, state: bytes | None) -> None:
         if state is not None:
@@ -1202,7 +1286,9 @@ class NodeCore:
     # --- consensus effects ------------------------------------------------------------------------
 
     def _apply_replica(self, effects: Sequence[Any]) -> None:
-        committed = False
+        # a batch may decide several heights (a replica catching up): while a later one follows in it, this node
+        # is still catching up, whatever the replica (already at the end of the batch) says now
+        decided = sum(1 for fx in effects if isinstance(fx, (Commit, CommitHeader)))
         for fx in effects:
             match fx:
                 case Send(to=to, message=msg):
@@ -1223,6 +1309,9 @@ class NodeCore:
                                                       detail="decided"))
                 case RequestProposal(height=h, view=v):
                     self._round.proposal_request = (h, v)
+                case RequestVerdict(block_hash=block_hash, proposal=proposal):
+                    if ("verdict", block_hash) not in self._checking:  # (a retransmitted pre-prepare: asked again)
+                        self._verdict(block_hash, proposal)
                 case ReportMisbehavior(evidence=ev):
                     if ev.kind == KIND_INVALID_PROPOSAL:
                         if (ev.height, ev.view, ev.offender) in self._unprovable:
@@ -1231,16 +1320,14 @@ class NodeCore:
                         self._confirmed.add(proposal_evidence_key(ev))
                         self._relay_refused(ev)
                     self._add_evidence(ev)
-                case Commit(block=block):
-                    self._on_commit(block)
-                    committed = True
+                case Commit(block=block, state=state):
+                    decided -= 1
+                    self._on_commit(block, state, more=decided > 0)
                 case CommitHeader(header=header, certificate=cert, state=state):
-                    self._on_commit_header(header, cert, state)
-                    committed = True
+                    decided -= 1
+                    self._on_commit_header(header, cert, state, more=decided > 0)
                 case _:
                     raise AssertionError(f"unknown consensus effect {fx!r}")
-        if committed:  # the replica held back the next height's input until this node applied the block
-            self._apply_replica(self._replica.resume())
 
     @staticmethod
     def _pbft_bytes(msg: Message) -> bytes:
@@ -1292,7 +1379,8 @@ class NodeCore:
             while len(self._certified) > HEADERS_KEPT:
                 self._certified.popitem(last=False)
 
-    def _on_commit(self, block: Block) -> None:
+    def _on_commit(self, block: Block, state: ChainState, *, more: bool = False) -> None:
+        """Apply a decided block (``more``: a later height follows in the same batch)."""
         self._decided[block.height] = block
         self._certify(block.header, block.certificate)
         self._last_cert = block.certificate
@@ -1309,7 +1397,7 @@ class NodeCore:
         self._confirmed.clear()
         old_round = self._round
         self._history.record(old_round.plan, self._model, block.payload)
-        self._state = self._replica.chain_state
+        self._state = state  # (the replica may be further on: a batch can decide several heights)
         digest = block.payload.model_digest
         sd = block.payload.state_digest
         self._algo_state = None if sd is None else self._blob(sd)
@@ -1351,7 +1439,7 @@ class NodeCore:
                 if not self._blobs.has(d):
                     self._want.setdefault(d, self._now)
             self._ask_row_members(block.payload)
-        self._expire_unsolicited(block.height)
+        self._expire_unsolicited(block.height, catching_up=more)
         self._round = _Round(plan, self._now)
         h = plan.height
         for (p, t), held_update in old_round.updates.items():  # stale updates not yet included carry over
@@ -1372,7 +1460,7 @@ class NodeCore:
         (to see which of it the block included)."""
         return bool(self._evidence) or self._me in self._rules.plan(state, self._history).participants
 
-    def _on_commit_header(self, header: BlockHeader, cert: Certificate, state: ChainState) -> None:
+    def _on_commit_header(self, header: BlockHeader, cert: Certificate, state: ChainState, *, more: bool = False) -> None:
         """A block decided and known by its header and certificate only (``consensus.CommitHeader``): this node
         has no role at the next height and holds no evidence (:meth:`_needs_payload`), so it only follows the
         chain. What the payload says (model, algorithm state, the included updates) stays unknown here."""
@@ -1383,7 +1471,7 @@ class NodeCore:
         self._state = state
         self._algo_state, self._algo_state_missing = None, False
         self._model = None
-        self._expire_unsolicited(header.height)
+        self._expire_unsolicited(header.height, catching_up=more)
         self._round = _Round(self._rules.plan(state, self._history), self._now)
         early, self._early, self._early_bytes = self._early, [], 0  # (nothing for a member outside the round)
         for sender, packet in early:
@@ -1616,13 +1704,18 @@ class NodeCore:
             self._dropped["refused proposal not by the primary of its view"] += 1
             return
         check_evidence(self._ctx, s.height, ev)  # the primary's signature (LedgerError otherwise)
-        reason, provable = self._judge(proposal)
-        if reason is None or not provable:
+        key = ("evidence", proposal.block_hash)
+        if key in self._checking:
             return
-        ev = Evidence(kind=KIND_INVALID_PROPOSAL, offender=s.signer, height=s.height, view=s.view, exhibits=(s,),
-                      reason=reason)
-        self._confirmed.add(proposal_evidence_key(ev))
-        self._add_evidence(ev)
+
+        def then(reason: str | Pending | None, provable: bool) -> None:
+            if isinstance(reason, str) and provable:
+                found = Evidence(kind=KIND_INVALID_PROPOSAL, offender=s.signer, height=s.height, view=s.view,
+                                 exhibits=(s,), reason=reason)
+                self._confirmed.add(proposal_evidence_key(found))
+                self._add_evidence(found)
+
+        self._judge(proposal, key, then)
 
     def _rejudge_refused(self) -> None:
         """Judge again, once, each proposal of this height refused for want of a blob (:attr:`_rejudge`) when its
@@ -1634,15 +1727,24 @@ class NodeCore:
                 continue
             if not self._inputs_here(proposal):
                 continue
+            if ("evidence", proposal.block_hash) in self._checking:
+                continue
             del self._rejudge[key]  # judged once more, whatever it says
-            reason, provable = self._judge(proposal)
-            if reason is not None and provable:
+            self._judge(proposal, ("evidence", proposal.block_hash), self._confirm_refused(key, ev))
+
+    def _confirm_refused(self, key: tuple[int, int, str], ev: Evidence) -> Callable[[str | Pending | None, bool], None]:
+        """What :meth:`_rejudge_refused` does with its verdict: a proposal that proves wrong becomes evidence."""
+
+        def then(reason: str | Pending | None, provable: bool) -> None:
+            if isinstance(reason, str) and provable:
                 self._unprovable.discard(key)
-                ev = Evidence(kind=KIND_INVALID_PROPOSAL, offender=ev.offender, height=ev.height, view=ev.view,
-                              exhibits=ev.exhibits, reason=reason)
-                self._confirmed.add(proposal_evidence_key(ev))
-                self._add_evidence(ev)
-                self._relay_refused(ev)
+                found = Evidence(kind=KIND_INVALID_PROPOSAL, offender=ev.offender, height=ev.height, view=ev.view,
+                                 exhibits=ev.exhibits, reason=reason)
+                self._confirmed.add(proposal_evidence_key(found))
+                self._add_evidence(found)
+                self._relay_refused(found)
+
+        return then
 
     def _inputs_here(self, proposal: Proposal) -> bool:
         """Does this node hold what judging ``proposal`` reads: the previous model, the strategy state, the update
@@ -1805,10 +1907,10 @@ class NodeCore:
         if evicted:
             self._dropped["unsolicited blob evicted"] += 1
 
-    def _expire_unsolicited(self, height: int) -> None:
+    def _expire_unsolicited(self, height: int, *, catching_up: bool) -> None:
         """Round ``height`` ended: drop the unasked blobs that came before it began and were not used (kept while
         this node catches up: a pushed model may be for the height it catches up to)."""
-        if self._unsolicited and not self._replica.behind:
+        if self._unsolicited and not catching_up and not self._replica.behind:
             for d in [d for d, held in self._unsolicited.items() if held[1] < height]:
                 self._drop_unsolicited(d)
                 self._dropped["unsolicited blob expired"] += 1

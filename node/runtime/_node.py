@@ -47,7 +47,7 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +66,7 @@ from node.config import STATUS_FILE, check_listen, tcp_endpoint, write_file_atom
 from node.adversary import NodeAdversary
 from node._rounds import RoundHistory, RoundRules
 from node._wire import Envelope, decode_envelope
-from node.core import Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit, referenced_blobs
+from node.core import Check, Decided, Misbehavior, NodeCore, Train, TrainJob, TrainResult, Transmit, referenced_blobs
 from node.runtime._frames import FrameError
 from node.runtime._stalls import LoopStalls
 from node.runtime._transport import Transport, TransportLimits
@@ -349,6 +349,7 @@ class NodeRuntime:
             model_missing=awaiting,
             behavior=adversary,
             public=public,
+            offload_checks=True,
             history=chain.history,
         )
         self.adversary = adversary
@@ -357,6 +358,11 @@ class NodeRuntime:
         self._public = public
         self._nursery: trio.Nursery | None = None
         self._votes_version = self.core.replica.durable_version
+        self._batches: deque[tuple[Sequence[Any], bytes | None]] = deque()  # effects to execute, in order (_executing)
+        self._batch_ready = trio.Event()
+        self._checks = trio.CapacityLimiter(1)  # one round re-executed at a time, beside the training thread
+        self.checks_run = 0  # proposals' rounds re-executed in the worker thread (Check), and the longest
+        self.check_longest_s = 0.0
         self._jobs: list[TrainJob] = []
         self._job_ready = trio.Event()
         self._tick = self._start_tick
@@ -445,20 +451,52 @@ class NodeRuntime:
 
         The order is what a restart relies on: the replica's record for height h+1 never reaches the disk
         before block h (a restored replica refuses a record from beyond its store, as it must), and whatever
-        the replica signed in this batch is on disk before any of it is sent."""
-        decided = False
-        for fx in effects:
-            if isinstance(fx, Decided):
-                self._store_decided(fx)
-                decided = True
-        if decided and self.core.staleness == 0:
-            # this node's round moved on: its updates still queued are for a decided round, which counts no late
-            # update; they would only delay the next round's behind them on a slow link
-            self.transport.discard_queued("update")
+        the replica signed in this batch is on disk before any of it is sent.
+
+        Once the node runs, the batch goes to :meth:`_executing`, which writes the model blobs and fsyncs the vote
+        log in a worker thread, so that no write holds the event loop; batches run one at a time, in the order the
+        core made them. The replica's record is taken here, with the batch: a later batch's record (of a later
+        height) must not reach the disk before this batch's blocks."""
+        record = None
         v = self.core.replica.durable_version
         if v != self._votes_version:
-            self._votes.save(self.core.replica.durable())
+            record = self.core.replica.durable()
             self._votes_version = v
+        if self._nursery is None:  # (before the node runs: at once)
+            for fx in effects:
+                if isinstance(fx, Decided):
+                    self._model_blob(fx)
+                    self._store_decided(fx)
+            if record is not None:
+                self._votes.save(record)
+            self._dispatch(effects)
+            return
+        self._batches.append((effects, record))
+        self._batch_ready.set()
+
+    async def _executing(self) -> None:
+        """Execute the batches :meth:`_execute` queued, one at a time, in order."""
+        while True:
+            await self._batch_ready.wait()
+            self._batch_ready = trio.Event()
+            while self._batches:
+                effects, record = self._batches.popleft()
+                decided = False
+                for fx in effects:
+                    if isinstance(fx, Decided):
+                        await trio.to_thread.run_sync(self._model_blob, fx)
+                        self._store_decided(fx)
+                        decided = True
+                if decided and self.core.staleness == 0:
+                    # this node's round moved on: its updates still queued are for a decided round, which counts no
+                    # late update; they would only delay the next round's behind them on a slow link
+                    self.transport.discard_queued("update")
+                if record is not None:
+                    await trio.to_thread.run_sync(self._votes.save, record)
+                self._dispatch(effects)
+
+    def _dispatch(self, effects: Sequence[Any]) -> None:
+        """The batch's effects after its blocks and votes are on disk: messages, training jobs, checks, evidence."""
         for fx in effects:
             if isinstance(fx, Transmit):
                 self.sent[fx.kind] += 1
@@ -470,10 +508,29 @@ class NodeRuntime:
                 if fx.job.fl_round <= self.last_height and not self.finished:
                     self._jobs.append(fx.job)
                     self._job_ready.set()
+            elif isinstance(fx, Check):
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._check, fx)
+                else:
+                    self._execute(self.core.on_checked(fx, fx.run()))
             elif isinstance(fx, Misbehavior):
                 self.evidence += 1
                 ev = fx.evidence
                 self.log("evidence", level="warning", kind=ev.kind, offender=ev.offender, height=ev.height, view=ev.view, reason=ev.reason)
+
+    async def _check(self, fx: Check) -> None:
+        """Re-execute a proposal's round in a worker thread (``NodeCore(offload_checks=True)``): a 45 MB model's
+        aggregation then never holds the event loop, where the votes, the frames and the clock run."""
+        try:
+            began = time.perf_counter()
+            outcome = await trio.to_thread.run_sync(fx.run, limiter=self._checks)
+            self.checks_run += 1
+            self.check_longest_s = max(self.check_longest_s, time.perf_counter() - began)
+        except Exception as e:  # (a bug, not the proposer's fault: no verdict; the view's timer refuses unprovably)
+            self.log("check_failed", level="error", height=fx.height, block=fx.block_hash.hex()[:16], error=repr(e))
+            self._execute(self.core.on_checked(fx, None))
+            return
+        self._execute(self.core.on_checked(fx, outcome))
 
     def _send(self, to: str, data: bytes, kind: str) -> None:
         if self.adversary is None:
@@ -523,12 +580,16 @@ class NodeRuntime:
         finally:
             self._fetching.difference_update(digests)
 
-    def _store_decided(self, fx: Decided) -> None:
-        """Append a decided block (its model blob too, when this node holds the model as a vector; otherwise the
-        core fetches the blob into the blob store, and a restart before it arrives resumes without the model)."""
-        block = fx.block
-        if fx.model is not None and not self.blobs.has(block.payload.model_digest):
+    def _model_blob(self, fx: Decided) -> None:
+        """Store a decided block's model blob, when this node holds the model as a vector (otherwise the core
+        fetches the blob into the blob store, and a restart before it arrives resumes without the model). Safe in
+        a worker thread: the blob store is content-addressed, each file written whole and renamed."""
+        if fx.model is not None and not self.blobs.has(fx.block.payload.model_digest):
             self.blobs.put(vector_to_blob(np.ascontiguousarray(fx.model, dtype=np.float32)))
+
+    def _store_decided(self, fx: Decided) -> None:
+        """Append a decided block, after its model blob (:meth:`_model_blob`)."""
+        block = fx.block
         if block.header.height <= self.store.height():
             return
         self._open_for_writing()
@@ -723,6 +784,7 @@ class NodeRuntime:
             "fetched": self.fetched,
             "scrub": dict(self.scrubs),
             "loop": self._stalls.figures(),
+            "checks": {"run": self.checks_run, "longest_ms": round(self.check_longest_s * 1000, 1)},
             **({"local_eval": dict(self.local_eval)} if self.local_eval is not None else {}),
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
@@ -796,6 +858,7 @@ class NodeRuntime:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._executing)
                 if self.options.http is not None:
                     self.log("http", url=await nursery.start(self._serve_http))
                 await nursery.start(self.transport.run)

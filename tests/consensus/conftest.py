@@ -49,7 +49,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 def _answer_requests(c: Cluster, r, server, server_id: str, me: str, fx: list, blocks, *,  # noqa: ANN001
                      only_serves: bool = True, rounds: int = 20) -> tuple[list, list]:
     """Answer the requests that replica ``r`` (member ``me``) sends ``server`` as a node does: each ``SendBlocks``
-    from ``blocks`` by height (``SendBlocks.heights()``), as decided headers or blocks; ``r`` steps each and resumes.
+    from ``blocks`` by height (``SendBlocks.heights()``), as decided headers or blocks; ``r`` steps each.
     ``only_serves``: every effect of the server must be a ``SendBlocks`` to ``me``. Returns the (kind, height) of
     each request and every effect of ``r`` from ``fx`` on."""
     from consensus import Send, SendBlocks, decided_header_message, decided_message  # noqa: PLC0415
@@ -73,7 +73,7 @@ def _answer_requests(c: Cluster, r, server, server_id: str, me: str, fx: list, b
                 for h in serve.heights():
                     b = by_height[h]
                     m = decided_header_message(c.keys[server_id], c.ctx.chain_id, b) if serve.headers else decided_message(b)
-                    got = r.step(m, sender=server_id) + r.resume()
+                    got = r.step(m, sender=server_id)
                     out += got
                     fx += got
     return asked, out

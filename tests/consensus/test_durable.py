@@ -35,7 +35,7 @@ def sent_messages(record: bytes) -> dict[tuple[str, int], bytes]:
 def replica_from(c: Cluster, peer: str, record: bytes | None) -> Replica:
     """A new incarnation of ``peer`` outside the cluster (same state, key and config)."""
     old = c.replicas[peer]
-    return Replica(ctx=c.ctx, key=c.keys[peer], state=old.chain_state, validate=lambda p: None, config=c.config, restore=record)
+    return Replica(ctx=c.ctx, key=c.keys[peer], state=old.chain_state, config=c.config, restore=record)
 
 
 def between_prepare_and_commit(c: Cluster, min_height: int) -> str | None:
@@ -323,7 +323,7 @@ def test_future_record_is_refused():
     old = earlier.replicas[p]
     for data in (rec, encode(dict(decode(rec), sent=(), prepared=None))):
         with pytest.raises(DurableStateError, match="the block store ends at height 0"):
-            Replica(ctx=earlier.ctx, key=earlier.keys[p], state=old.chain_state, validate=lambda x: None, restore=data)
+            Replica(ctx=earlier.ctx, key=earlier.keys[p], state=old.chain_state, restore=data)
 
 
 def _edit(rec: bytes, **changes) -> bytes:

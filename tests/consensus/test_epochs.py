@@ -102,7 +102,7 @@ def test_apply_header_skips_within_an_epoch_only(cluster: Cluster) -> None:
 
 
 def _lazy(c: Cluster, me: str, state, *, needs=lambda st: False, epoch: int = E) -> Replica:
-    return Replica(ctx=c.ctx, key=c.keys[me], state=state, validate=lambda p: None, config=c.config,
+    return Replica(ctx=c.ctx, key=c.keys[me], state=state, config=c.config,
                    next_committee=c.expected_committee, needs_payload=needs, lazy=True, committee_epoch=epoch)
 
 
@@ -164,14 +164,12 @@ def test_a_block_of_the_same_epoch_is_taken_at_once(cluster: Cluster) -> None:
     r = _lazy(c, me, states[8], needs=lambda st: st.height == 11)
     fx = r.step(decided_message(chain[10]), sender=chain[10].header.proposer)  # block 11, epoch of height 9
     assert [type(e).__name__ for e in fx] == ["Commit"], "no request: nothing between is needed"
-    r.resume()
-    assert r.chain_state == states[11]
+    assert r.chain_state == states[11] == fx[0].state
     # a header of the same epoch: taken too (no role after it); one of the next epoch: held, headers asked
     r2 = _lazy(c, me, states[4])
     fx = r2.step(decided_header_message(c.keys[chain[6].header.proposer], c.ctx.chain_id, chain[6]),
                  sender=chain[6].header.proposer)
     assert [type(e).__name__ for e in fx] == ["CommitHeader"] and r2.status().height == 8
-    r2.resume()
     assert r2.chain_state == _followed(states[7])
     fx = r2.step(decided_header_message(c.keys[chain[9].header.proposer], c.ctx.chain_id, chain[9]),
                  sender=chain[9].header.proposer)
@@ -185,12 +183,12 @@ def test_a_lazy_member_in_the_committee_or_not_lazy_never_skips(cluster: Cluster
     r = _lazy(c, member, states[8])
     fx = r.step(decided_message(chain[10]), sender=chain[10].header.proposer)
     assert not [e for e in fx if isinstance(e, Commit)] and r.status().height == 9
-    plain = Replica(ctx=c.ctx, key=c.keys[_outsider(c)], state=states[8], validate=lambda p: None, config=c.config,
+    plain = Replica(ctx=c.ctx, key=c.keys[_outsider(c)], state=states[8], config=c.config,
                     next_committee=c.expected_committee, needs_payload=lambda st: False, committee_epoch=E)
     fx = plain.step(decided_message(chain[10]), sender=chain[10].header.proposer)
     assert not [e for e in fx if isinstance(e, Commit)] and plain.status().height == 9
     with pytest.raises(ValueError, match="committee_epoch"):
-        Replica(ctx=c.ctx, key=c.keys[member], state=states[0], validate=lambda p: None, config=c.config,
+        Replica(ctx=c.ctx, key=c.keys[member], state=states[0], config=c.config,
                 committee_epoch=2)
     with pytest.raises(ValueError, match="committee_epoch"):
         _lazy(c, member, states[0], epoch=0)
@@ -205,7 +203,7 @@ def test_one_batch_of_headers_covers_header_batch_max_epochs(cluster: Cluster, a
     me, server_id = _outsider(c), chain[9].header.proposer
 
     def lazy(who: str, state, needs) -> Replica:
-        return Replica(ctx=c.ctx, key=c.keys[who], state=state, validate=lambda p: None, config=cfg,
+        return Replica(ctx=c.ctx, key=c.keys[who], state=state, config=cfg,
                        next_committee=c.expected_committee, needs_payload=needs, lazy=True, committee_epoch=E)
 
     r = lazy(me, genesis_state(c.ctx), lambda st: st.height == 10)

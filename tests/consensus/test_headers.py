@@ -53,7 +53,7 @@ def _outsider(c: Cluster, height: int) -> str:
 
 def _observer(c: Cluster, me: str, *, needs: bool = False, follow: bool = True) -> Replica:
     return Replica(
-        ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), validate=lambda p: None, config=c.config,
+        ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), config=c.config,
         **({"next_committee": c.expected_committee, "needs_payload": lambda st: needs} if follow else {}),
     )
 
@@ -174,7 +174,7 @@ def test_a_forged_header_is_dropped(cluster: Cluster) -> None:
 
 def _lazy(c: Cluster, me: str, *, state=None, needs=lambda st: False) -> Replica:
     return Replica(
-        ctx=c.ctx, key=c.keys[me], state=state if state is not None else genesis_state(c.ctx), validate=lambda p: None,
+        ctx=c.ctx, key=c.keys[me], state=state if state is not None else genesis_state(c.ctx),
         config=c.config, next_committee=c.expected_committee, needs_payload=needs, lazy=True,
     )
 
@@ -202,7 +202,7 @@ def test_header_sync_request_parses_strictly(cluster: Cluster) -> None:
             parse(m)
         assert e.value.reason == "malformed", what
     with pytest.raises(ValueError, match="lazy"):
-        Replica(ctx=c.ctx, key=key, state=genesis_state(c.ctx), validate=lambda p: None, config=c.config, lazy=True)
+        Replica(ctx=c.ctx, key=key, state=genesis_state(c.ctx), config=c.config, lazy=True)
 
 
 def test_a_lazy_observer_sleeps_until_a_later_block_wakes_it_then_catches_up_by_headers(cluster: Cluster) -> None:
@@ -237,9 +237,9 @@ def test_a_lazy_observer_sleeps_until_a_later_block_wakes_it_then_catches_up_by_
         fx = r.step(decided_header_message(c.keys[server_id], c.ctx.chain_id, b), sender=server_id)
         commits += [e for e in fx if isinstance(e, CommitHeader)]
         assert not [e for e in fx if isinstance(e, Send)], fx  # no request per header: the batch covers them
-        fx = r.resume()  # the host applied the header: the held block 4 is taken after the third
-        commits += [e for e in fx if isinstance(e, CommitHeader)]
     assert [e.header.height for e in commits] == [1, 2, 3]
+    # the held block 4 is taken in the same call as the third header, after it: one batch, in height order
+    assert [type(e).__name__ for e in fx] == ["CommitHeader", "Commit"] and fx[1].block == chain[3]
     assert r.status().height == 5 and r.chain_state == _state_after(c, 4)  # block 4 whole: its payload's fields
     # the rest of the batch after the block it needed whole: ignored, not a peer fault
     r.step(decided_header_message(c.keys[server_id], c.ctx.chain_id, chain[3]), sender=server_id)
@@ -299,9 +299,8 @@ def test_a_lazy_observer_holds_a_header_that_overtook_its_batch(cluster: Cluster
     r.step(msgs[1], sender=sender)  # header 2 first: held, headers asked from height 1
     r.step(msgs[2], sender=sender)
     assert r.status().height == 1 and r.status().buffered == 2
-    r.step(msgs[0], sender=sender)
-    for _ in range(3):
-        r.resume()
+    fx = r.step(msgs[0], sender=sender)  # the held headers follow in the same call, in height order
+    assert [e.header.height for e in fx if isinstance(e, CommitHeader)] == [1, 2, 3]
     assert r.status().height == 4 and r.chain_state.head_hash == chain[2].header.hash()
 
 
@@ -317,10 +316,10 @@ def test_a_lazy_observer_far_behind_catches_up_to_the_block_that_woke_it(cluster
     cfg = dataclasses.replace(c.config, height_window=2, sync_batch_max=1, header_batch_max=1)
     # (not held: a buffer of one message, taken by a header that came first)
     mine = cfg if held else dataclasses.replace(cfg, buffered_messages_max=1)
-    r = Replica(ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), validate=lambda p: None, config=mine,
+    r = Replica(ctx=c.ctx, key=c.keys[me], state=genesis_state(c.ctx), config=mine,
                 next_committee=c.expected_committee, needs_payload=lambda st: st.height == 4, lazy=True)
     server_id = chain[3].header.proposer
-    server = Replica(ctx=c.ctx, key=c.keys[server_id], state=_state_after(c, 4), validate=lambda p: None, config=cfg,
+    server = Replica(ctx=c.ctx, key=c.keys[server_id], state=_state_after(c, 4), config=cfg,
                      next_committee=c.expected_committee, needs_payload=lambda st: False, lazy=True)
     fx = []
     if not held:

@@ -23,9 +23,8 @@ from consensus import (
     verify_decided_block,
 )
 from consensus._messages import pre_prepare_message, sign_signed, vote_message
-from consensus.testing import Cluster, Faults
+from consensus.testing import Cluster, Faults, agree
 from ledger import (
-    ChainError,
     KeyPair,
     apply_block,
     check_evidence,
@@ -261,7 +260,7 @@ def test_bad_messages_are_dropped_and_counted_never_fatal(four):
     other_chain = pre_prepare_message(c.keys[prim], "another-chain", 1, 0, hd, payload)
     r.step(other_chain)
     assert r.status().dropped["bad_signature"] == 2  # the chain id is signed: no cross-chain replay
-    fx = r.step(good)  # still works
+    fx = agree(r, r.step(good))  # still works
     assert any(getattr(e, "message", None) and e.message.kind == "prepare" for e in fx)
     r.step(good)
     assert r.status().duplicates >= 1
@@ -307,9 +306,9 @@ def test_propose_misuse_and_stale_proposals(four):
     assert r.propose(c.honest_payload(st, 0, r.peer_id), height=1, view=3, time_ms=1) == []
     assert r.status().stale_proposals == 1
     p = c.replicas[prim]
-    wrong = dataclasses.replace(c.honest_payload(st, 0, prim), model_digest=bytes(32))
-    with pytest.raises(LocalProtocolError, match="refused"):
-        p.propose(wrong, height=1, view=0, time_ms=1)
+    wrong = dataclasses.replace(c.honest_payload(st, 0, prim), next_committee=("not-a-member",))
+    with pytest.raises(LocalProtocolError, match="refused: next committee names non-member"):
+        p.propose(wrong, height=1, view=0, time_ms=1)  # (the payload itself is its host's to judge, not the replica's)
     with pytest.raises(LocalProtocolError, match="the latest a header takes"):  # bounded block time
         p.propose(c.honest_payload(st, 0, prim), height=1, view=0, time_ms=2**63)
 
@@ -336,7 +335,7 @@ def test_config_from_genesis_timeouts_and_validation(four):
         ReplicaConfig(timeout_ticks_prepare=0)
     with pytest.raises(ValueError):
         ReplicaConfig(sync_batch_max=20, height_window=8)
-    r = Replica(ctx=four.ctx, key=four.keys[four.peers[0]], state=genesis_state(four.ctx), validate=lambda p: None)
+    r = Replica(ctx=four.ctx, key=four.keys[four.peers[0]], state=genesis_state(four.ctx))
     assert r.status().deadline_tick == t.timeout_ticks_train + t.timeout_ticks_propose
     with pytest.raises(LocalProtocolError, match="not a member"):
-        Replica(ctx=four.ctx, key=KeyPair.derive("stranger"), state=genesis_state(four.ctx), validate=lambda p: None)
+        Replica(ctx=four.ctx, key=KeyPair.derive("stranger"), state=genesis_state(four.ctx))

@@ -1,9 +1,9 @@
 """No view change without a fault, and the two re-draw rules that keep lazy members in step.
 
 * A backup whose host lacks an input to judge a proposal (a node's update blob still on its way from its trainer,
-  which a pre-prepare may overtake; the previous model) neither votes nor refuses: ``validate`` says
-  :class:`consensus.Pending`, the replica waits, the host calls :meth:`Replica.judge_again` once the input is here,
-  and the view's timer bounds the wait (the proposal is refused at its expiry, as before). Before, such a backup
+  which a pre-prepare may overtake; the previous model) neither votes nor refuses: its verdict
+  (``RequestVerdict``, :meth:`Replica.verdict`) is :class:`consensus.Pending`, the replica waits, the host answers
+  again once the input is here, and the view's timer bounds the wait (the proposal is refused at its expiry, as before). Before, such a backup
   refused at once and asked for a view change: 6 view changes in a fault-free ``sim run testnet``.
 * A replica that is not on a re-drawn committee shows it the height with its last signed message (a lazy member
   that slept through heights wakes to it), and a lazy observer keeps a re-draw timer only if it sits on the next
@@ -24,6 +24,7 @@ from consensus import (
     Proposal,
     Replica,
     ReportMisbehavior,
+    RequestVerdict,
     Send,
 )
 from consensus._messages import pre_prepare_message
@@ -81,22 +82,22 @@ def test_late_inputs_under_loss_and_byzantine_members_keep_the_invariants(seed):
 
 
 class _Host:
-    """A backup's host whose update blobs come late: ``validate`` says Pending until ``here``."""
+    """A backup's host whose update blobs come late: its verdict is Pending until ``here``."""
 
     def __init__(self) -> None:
         self.here = False
         self.calls = 0
 
-    def validate(self, proposal: Proposal) -> str | Pending | None:
+    def judge(self, proposal: Proposal) -> str | Pending | None:
         self.calls += 1
         return None if self.here else Pending("update blob of a trainer missing")
 
 
-def _backup_and_pre_prepare(c: Cluster, host: _Host):
+def _backup_and_pre_prepare(c: Cluster):
     st = genesis_state(c.ctx)
     prim = _primary_of_height_1(c)
     me = next(p for p in c.peers if p != prim)
-    r = Replica(ctx=c.ctx, key=c.keys[me], state=st, validate=host.validate, config=c.config)
+    r = Replica(ctx=c.ctx, key=c.keys[me], state=st, config=c.config)
     payload = c.honest_payload(st, 0, prim)
     hd = make_header(chain_id=c.genesis.chain_id, height=1, prev_hash=st.head_hash, view=0, proposer=prim, time_ms=1,
                      payload=payload)
@@ -107,30 +108,47 @@ def _kinds(fx) -> list[str]:  # noqa: ANN001
     return [e.message.kind for e in fx if isinstance(e, (Send, Broadcast))]
 
 
+def _asked(fx) -> list[Proposal]:  # noqa: ANN001
+    return [e.proposal for e in fx if isinstance(e, RequestVerdict)]
+
+
 def test_a_pending_verdict_waits_is_asked_again_and_votes_once_the_input_is_here():
     c = Cluster(size=4, seed=0, auto_propose=False, check=False)
     host = _Host()
-    r, prim, pp, proposal = _backup_and_pre_prepare(c, host)
-    assert r.judge_again() == [] and host.calls == 0  # nothing waits
-    assert r.step(pp, sender=prim) == []
+    r, prim, pp, proposal = _backup_and_pre_prepare(c)
+    bh = proposal.block_hash
+    assert r.verdict(bh, None) == [] and r.waiting is None  # nothing waits: a verdict nobody asked for does nothing
+    fx = r.step(pp, sender=prim)
+    assert _asked(fx) == [proposal] and _kinds(fx) == []  # validity is an input: asked, not called
     s = r.status()
     assert (s.phase, s.view, s.view_changes, s.refusals) == (Phase.PROPOSE, 0, 0, ())
-    assert r.waiting == proposal and host.calls == 1
-    assert r.judge_again() == [] and host.calls == 2 and r.waiting == proposal  # still missing: still waiting
-    assert r.step(pp, sender=prim) == [] and host.calls == 3  # the primary's retransmission: judged again
+    assert r.waiting == proposal
+    assert r.verdict(bh, host.judge(proposal)) == [] and r.waiting == proposal  # still missing: still waiting
+    assert _asked(r.step(pp, sender=prim)) == [proposal]  # the primary's retransmission: asked again (input here?)
     host.here = True
-    fx = r.judge_again()
+    fx = r.verdict(bh, host.judge(proposal))
     assert _kinds(fx) == [KIND_PREPARE] and r.waiting is None and r.status().phase is Phase.PREPARE
-    assert host.calls == 4
+    assert host.calls == 2
+    assert r.step(pp, sender=prim) == [] and r.verdict(bh, "too late") == []  # a verdict reached is kept
+    assert r.status().phase is Phase.PREPARE and r.status().refusals == ()
+
+
+def test_a_refusing_verdict_reports_the_proposal_and_changes_the_view():
+    c = Cluster(size=4, seed=0, auto_propose=False, check=False)
+    r, prim, pp, proposal = _backup_and_pre_prepare(c)
     r.step(pp, sender=prim)
-    assert host.calls == 4  # a verdict reached is kept (a pending one is not)
+    fx = r.verdict(proposal.block_hash, "aggregate differs from re-execution")
+    (report,) = [e for e in fx if isinstance(e, ReportMisbehavior)]
+    assert report.evidence.reason == "aggregate differs from re-execution" and report.evidence.offender == prim
+    assert _kinds(fx) == [KIND_VIEW_CHANGE] and r.status().view == 1 and r.waiting is None
 
 
 def test_an_input_that_never_comes_is_refused_when_the_view_timer_expires():
     c = Cluster(size=4, seed=0, auto_propose=False, check=False)
     host = _Host()
-    r, prim, pp, _ = _backup_and_pre_prepare(c, host)
+    r, prim, pp, proposal = _backup_and_pre_prepare(c)
     r.step(pp, sender=prim)
+    r.verdict(proposal.block_hash, host.judge(proposal))
     fx = []
     while not fx:
         fx = r.tick()
@@ -141,7 +159,20 @@ def test_an_input_that_never_comes_is_refused_when_the_view_timer_expires():
     (refusal,) = r.status().refusals
     assert (refusal.view, refusal.proposer, refusal.reason) == (0, prim, "update blob of a trainer missing")
     host.here = True
-    assert r.judge_again() == []  # the view moved on: nothing to judge
+    assert r.verdict(proposal.block_hash, host.judge(proposal)) == []  # the view moved on: nothing to judge
+    assert r.status().view == 1 and r.status().phase is Phase.VIEW_CHANGE
+
+
+def test_a_host_that_never_answers_costs_a_view_change_and_nothing_else():
+    c = Cluster(size=4, seed=0, auto_propose=False, check=False)
+    r, prim, pp, _ = _backup_and_pre_prepare(c)
+    r.step(pp, sender=prim)
+    fx = []
+    while not fx:
+        fx = r.tick()
+    (report,) = [e for e in fx if isinstance(e, ReportMisbehavior)]
+    assert report.evidence.reason == "the host has not judged the proposal yet"
+    assert _kinds(fx) == [KIND_VIEW_CHANGE] and r.status().view == 1
 
 
 # --- re-drawn committees and lazy members --------------------------------------------------------------------------
@@ -157,7 +188,7 @@ def _rotating_chain() -> tuple[Cluster, list]:
 
 
 def _lazy(c: Cluster, me: str, state) -> Replica:  # noqa: ANN001
-    return Replica(ctx=c.ctx, key=c.keys[me], state=state, validate=lambda p: None, config=c.config,
+    return Replica(ctx=c.ctx, key=c.keys[me], state=state, config=c.config,
                    next_committee=c.expected_committee, needs_payload=lambda st: False, lazy=True)
 
 

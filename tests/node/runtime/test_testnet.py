@@ -65,6 +65,9 @@ def test_four_processes_commit_and_every_ledger_verifies(testnet_run: tuple[Path
     for i in range(4):  # and in every node's status.json
         st = json.loads((out / "nodes" / f"node-{i}" / "data" / "status.json").read_text())
         assert st["local_eval"]["height"] == ROUNDS and st["local_eval"]["accuracy"] == local[i], st
+        # every member validates every round (testnet: 4 members, committee of 4): each node judged the proposals
+        # of the rounds it did not propose by re-executing them in its worker thread (node.core.Check)
+        assert st["checks"]["run"] >= 1 and st["checks"]["longest_ms"] > 0, st["checks"]
     assert (out / "accuracy.png").stat().st_size > 0
     heads = {_chain(out / "nodes" / f"node-{i}" / "data" / "ledger")[-1][1] for i in range(4)}
     assert len(heads) == 1
