@@ -60,34 +60,8 @@ _B58_INDEX = {c: i for i, c in enumerate(_B58_ALPHABET)}
 
 
 def sha256(data: bytes) -> bytes:
-    """SHA-256 digest of ``data``.
-
-    Digests of large ``bytes`` objects (blobs: updates, models) are memoised by value: in a simulation every
-    node of the process hashes the same update object on receipt and again when storing it. A hit costs a
-    dict lookup (``bytes`` caches its own hash) and an identity or memcmp comparison of the bytes, so the
-    memo returns the digest of exactly these bytes. Bounded in entries and in bytes held."""
-    if len(data) < _BLOB_MEMO_MIN or type(data) is not bytes:
-        return hashlib.sha256(data).digest()
-    memo = _BLOB_DIGESTS
-    d = memo.get(data)
-    if d is None:
-        d = hashlib.sha256(data).digest()
-        global _blob_memo_bytes
-        while memo and (len(memo) >= _BLOB_MEMO_ENTRIES or _blob_memo_bytes + len(data) > _BLOB_MEMO_BYTES):
-            old = next(iter(memo))
-            _blob_memo_bytes -= len(old)
-            del memo[old]
-        if len(data) <= _BLOB_MEMO_BYTES:
-            memo[data] = d
-            _blob_memo_bytes += len(data)
-    return d
-
-
-_BLOB_MEMO_MIN = 4096
-_BLOB_MEMO_ENTRIES = 512
-_BLOB_MEMO_BYTES = 64 << 20
-_BLOB_DIGESTS: dict[bytes, bytes] = {}
-_blob_memo_bytes = 0
+    """SHA-256 digest of ``data`` (:meth:`ledger.Caches.sha256` remembers the digests of blobs)."""
+    return hashlib.sha256(data).digest()
 
 
 def hash_tagged(tag: bytes, data: bytes) -> bytes:
