@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import msgpack
 from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
@@ -56,7 +57,7 @@ _PB_ED25519_PUBLIC = b"\x08\x01\x12\x20"
 # identity multihash: code 0x00, length 0x24 (= 4 + 32 bytes of protobuf)
 _MH_IDENTITY = b"\x00\x24"
 _B58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_B58_INDEX = {c: i for i, c in enumerate(_B58_ALPHABET)}
+_B58_INDEX = MappingProxyType({c: i for i, c in enumerate(_B58_ALPHABET)})
 
 
 def sha256(data: bytes) -> bytes:
@@ -91,10 +92,12 @@ def _b58encode(data: bytes) -> str:
 
 def _b58decode(text: str) -> bytes:
     n = 0
+    index = _B58_INDEX
     for c in text:
-        i = _B58_INDEX.get(c)
-        if i is None:
-            raise DecodeError(f"invalid base58 character {c!r}")
+        try:
+            i = index[c]
+        except KeyError:
+            raise DecodeError(f"invalid base58 character {c!r}") from None
         n = n * 58 + i
     pad = len(text) - len(text.lstrip("1"))
     body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
