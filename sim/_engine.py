@@ -357,6 +357,7 @@ class Simulation:
         fuzz: FuzzSpec | None = None,
         executor: Callable[[Simulation], Any] | None = None,
         models_for_all: bool | None = None,
+        threads: int | None = 1,
         caches: Caches | None = None,
     ) -> None:
         """``workers``: forked processes that run local training while this process runs the protocol
@@ -366,6 +367,9 @@ class Simulation:
         ``models_for_all``: every member outside the committee receives every new model, as a node of the
         network runtime does (``NodeCore(models_for_all=True)``), or (False) only the members with a role in the
         next round; None: the scenario's ``network.model_push``.
+        ``threads``: the threads PyTorch's and the BLAS libraries' kernels run on in this process, set here
+        (:func:`sim._jobs.limit_threads`, a setting of the whole process: the simulator's small kernels are many
+        times slower oversubscribed); None leaves the process's setting as it is.
         ``caches``: the memos all the run's nodes share (:class:`ledger.Caches`: blob digests, committee samples),
         through their chain context and blob stores; a new one if None. Results are the same whatever it holds."""
         if models_for_all is None:
@@ -374,7 +378,8 @@ class Simulation:
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
         self._wall0 = time.perf_counter()
-        limit_threads(1)
+        if threads is not None:
+            limit_threads(threads)
         self.caches = caches if caches is not None else Caches()
         self._init_world(scenario)
         self._init_attacks(scenario)
