@@ -32,8 +32,6 @@ The paper [P] vs the authors' code [C], and the rule implemented here [R] where 
 
 from __future__ import annotations
 
-import functools
-
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +40,7 @@ from typing import Any
 
 from ledger import (
     CMFL_DISTANCE_FLOOR,
+    Caches,
     ChainContext,
     Evidence,
     Genesis,
@@ -247,19 +246,24 @@ _DRAW_DOMAIN = b"/draw"  # appended to the rule's domain: the "draw" hashes neve
 _U64 = 1 << 64
 
 
-def _ranked_by_hash(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[str]:
-    return list(_ranked_memo(domain, seed, tuple(peers)))
+_RANKINGS_KEPT = 256
+"""Rankings a :class:`ledger.Caches` remembers: every node of a process (the simulator runs N) ranks the same pool
+with the same seed each round."""
+_POOLS_KEPT = 8
+"""Member pools a :class:`ledger.Caches` remembers: a "draw" indexes one per member list, not one per sample."""
 
 
-@functools.lru_cache(maxsize=256)
-def _ranked_memo(domain: bytes, seed: bytes, peers: tuple[str, ...]) -> tuple[str, ...]:
-    # Every node of a process (the simulator runs N) ranks the same pool with the same seed each round.
+def _ranked_by_hash(domain: bytes, seed: bytes, peers: Sequence[str], caches: Caches | None) -> tuple[str, ...]:
+    rank = _ranked if caches is None else caches.memo(_ranked, _RANKINGS_KEPT)
+    return rank(domain, seed, tuple(peers))
+
+
+def _ranked(domain: bytes, seed: bytes, peers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p)))
 
 
-@functools.lru_cache(maxsize=8)
 def _member_pool(members: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
-    # The sorted ids a "draw" indexes and their set: built once per member list, not per sample.
+    # The sorted ids a "draw" indexes and their set.
     unique = frozenset(members)
     return tuple(sorted(unique)), unique
 
@@ -299,14 +303,16 @@ def _drawn(domain: bytes, seed: bytes, pool: tuple[str, ...], k: int, exclude: f
 
 def _sample(
     domain: bytes, seed: bytes, members: Sequence[str], exclude: Sequence[str], k: int, *, rule: str, least: int,
-    what: Callable[[int], str],
+    what: Callable[[int], str], caches: Caches | None,
 ) -> tuple[str, ...]:
     """``k`` members outside ``exclude`` by ``rule`` (:data:`SAMPLING_RULES`), sorted; ``what(eligible)`` words the
-    error when fewer than ``k`` (or ``k`` below ``least``) are eligible."""
+    error when fewer than ``k`` (or ``k`` below ``least``) are eligible. ``caches`` remembers the rankings and
+    pools (None: none remembered)."""
     if rule not in SAMPLING_RULES:
         raise CommitteeConfigError(f"unknown sampling rule {rule!r}; expected one of {', '.join(SAMPLING_RULES)}")
     if rule == "draw":
-        pool, unique = _member_pool(tuple(members))
+        pool_of = _member_pool if caches is None else caches.memo(_member_pool, _POOLS_KEPT)
+        pool, unique = pool_of(tuple(members))
         excluded = frozenset(exclude)
         eligible = len(unique) - sum(1 for p in excluded if p in unique)
         if not least <= k <= eligible:
@@ -315,26 +321,30 @@ def _sample(
     candidates = sorted(set(members) - set(exclude))
     if not least <= k <= len(candidates):
         raise CommitteeConfigError(what(len(candidates)))
-    return tuple(sorted(_ranked_by_hash(domain, seed, candidates)[:k]))
+    return tuple(sorted(_ranked_by_hash(domain, seed, candidates, caches)[:k]))
 
 
 def sample_training_clients(
-    members: Sequence[str], committee: Sequence[str], chain_seed: bytes, height: int, n: int, *, rule: str = "rank"
+    members: Sequence[str], committee: Sequence[str], chain_seed: bytes, height: int, n: int, *, rule: str = "rank",
+    caches: Caches | None = None,
 ) -> tuple[str, ...]:
     """``S_b^t``: ``n`` non-committee members drawn by a hash of ``chain_seed`` and the height (CMFL's random
     sample of clients, made verifiable: every replica and the auditor draw the same).
 
     ``chain_seed`` is the genesis hash (or a genesis ``sampling_seed``'s hash), never the previous block's hash,
     which a proposer could grind (try block contents until the sample suits it). The previous committee is eligible
-    again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns sorted ids.
+    again at once ([C]). ``rule`` is one of :data:`SAMPLING_RULES`. Returns sorted ids. ``caches``: the driver's
+    memos (:attr:`ledger.ChainContext.caches`), so that the nodes sharing them rank a pool once; the sample is the
+    same without.
     """
     seed = chain_seed + struct.pack(">Q", height)
     return _sample(_TRAINING_DOMAIN, seed, members, committee, n, rule=rule, least=0,
-                   what=lambda e: f"cannot sample {n} training clients from {e} non-committee members")
+                   what=lambda e: f"cannot sample {n} training clients from {e} non-committee members", caches=caches)
 
 
 def sample_committee(
-    members: Sequence[str], seed: bytes, size: int, *, exclude: Sequence[str] = (), rule: str = "rank"
+    members: Sequence[str], seed: bytes, size: int, *, exclude: Sequence[str] = (), rule: str = "rank",
+    caches: Caches | None = None,
 ) -> tuple[str, ...]:
     """A committee of ``size`` members ranked by ``H(domain ‖ seed ‖ id)``, skipping ``exclude``.
 
@@ -343,10 +353,10 @@ def sample_committee(
     ``node._rounds.RoundRules.next_committee_coordinator``). ``exclude`` holds members known not to be live
     (e.g. with evidence against them), so the coordinator - the primary of this committee - is always
     drawn from live members. ``rule`` is one of :data:`SAMPLING_RULES` (``"draw"`` draws instead of ranking).
-    Returns sorted ids.
+    Returns sorted ids. ``caches`` as for :func:`sample_training_clients`.
     """
     return _sample(_COMMITTEE_DOMAIN, seed, members, exclude, size, rule=rule, least=1,
-                   what=lambda e: f"cannot sample a committee of {size} from {e} members")
+                   what=lambda e: f"cannot sample a committee of {size} from {e} members", caches=caches)
 
 
 def coordinator(committee: Sequence[str], chain_seed: bytes, height: int, view: int) -> str:

@@ -58,7 +58,7 @@ from ledger import (
     KeyPair,
     Payload,
     SignedMessage,
-    by_identity,
+    remembered,
     sign_bytes,
 )
 from ledger import Record
@@ -412,16 +412,12 @@ def parse_proposal(message: Message) -> Proposal:
     return Proposal(header=pp.header, payload=pp.payload)
 
 
-_HEADERS_KEPT = 1024
-
-
-@by_identity(_HEADERS_KEPT)
+@remembered
 def _decided_header(signed: SignedMessage) -> DecidedHeader:
-    """The last parsed ``decided_header`` messages are remembered by the identity of their (immutable, decoded)
-    signed part: thousands of members of a simulation receive one announcement, decoded once
-    (``node.EnvelopeDecoder``), and the members that catch up from one sender are sent the same signed headers,
-    over as many heights as they slept (``Replica(lazy=True)``: about members / clients heights each). A few MB
-    at most."""
+    """A parsed ``decided_header`` message is remembered on its (immutable, decoded) signed part: thousands of
+    members of a simulation receive one announcement, decoded once (``node.EnvelopeDecoder``), and the members that
+    catch up from one sender are sent the same signed headers, over as many heights as they slept
+    (``Replica(lazy=True)``: about members / clients heights each)."""
     return _parse_decided_header(signed)
 
 

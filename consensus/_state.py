@@ -22,6 +22,7 @@ import enum
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ledger import (
     ATTEMPT_VIEWS,
@@ -61,7 +62,9 @@ __all__ = ["NEVER", "SIGNING_ORDER", "HeightLog", "HeldDecided", "HeldMessage", 
 
 NEVER = 1 << 62
 """A deadline that is not armed."""
-SIGNING_ORDER = {KIND_VIEW_CHANGE: 0, KIND_NEW_VIEW: 1, KIND_PRE_PREPARE: 2, KIND_PREPARE: 3, KIND_COMMIT: 4}
+SIGNING_ORDER = MappingProxyType(
+    {KIND_VIEW_CHANGE: 0, KIND_NEW_VIEW: 1, KIND_PRE_PREPARE: 2, KIND_PREPARE: 3, KIND_COMMIT: 4}
+)
 """The order in which a replica signs its messages of one view (entering it, then the normal case)."""
 
 

@@ -5,6 +5,7 @@ Pure except :mod:`ledger.store` (SQLite block store and file blob store), which 
 
 from ledger._audit import AuditReport, InclusionProof, audit_chain, make_proof, to_json_value, verify_proof
 from ledger._blockstore import BlockStore, MemoryBlockStore
+from ledger._caches import Caches
 from ledger._chain import (
     ATTEMPT_VIEWS,
     KIND_COMMIT,
@@ -51,7 +52,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import Budget, Record, by_identity, decode, encode, freeze, record, scan
+from ledger._encoding import Budget, Record, decode, encode, freeze, record, remembered, scan
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -105,6 +106,7 @@ __all__ = [
     "AuditFinding",
     "AuditReport",
     "BlockStore",
+    "Caches",
     "InclusionProof",
     "MemoryBlockStore",
     "TensorEntry",
@@ -166,7 +168,6 @@ __all__ = [
     "check_evidence",
     "commit_sign_bytes",
     "content_digest",
-    "by_identity",
     "decode",
     "decode_block",
     "encode",
@@ -184,6 +185,7 @@ __all__ = [
     "public_key_from_peer_id",
     "quorum_size",
     "record",
+    "remembered",
     "same_epoch",
     "sha256",
     "sign_bytes",

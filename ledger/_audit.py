@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ledger._caches import Caches
 from ledger._chain import (
     AuditFinding,
     BlobSource,
@@ -116,6 +117,7 @@ def audit_chain(
     expect_height: int | None = None,
     on_block: Callable[[int], None] | None = None,
     now_ms: int | None = None,
+    caches: Caches | None = None,
 ) -> AuditReport:
     """Verify every stored block in order.
 
@@ -132,8 +134,11 @@ def audit_chain(
     updates contradict) fails the audit too, but the chain is checked on past it, to its end or its first invalid
     block: the verdict names the lower of the first finding's height and the first invalid block's, and
     :attr:`AuditReport.findings` lists every finding.
+
+    ``caches``: the auditor's memos (:class:`ledger.Caches`), which its blob store and re-executor may share
+    (None: a private one).
     """
-    ctx = ChainContext(genesis)
+    ctx = ChainContext(genesis, caches=caches)
     state: ChainState = genesis_state(ctx)
     latest = None if now_ms is None else block_time_window(genesis, now_ms)[1]
     sigs = blobs_n = 0

@@ -17,8 +17,9 @@ from typing import Protocol
 
 import msgpack
 
+from ledger._caches import Caches
 from ledger._crypto import KeyPair, PublicKeyCache, hash_tagged, sha256, sign_bytes, sign_bytes_flat
-from ledger._encoding import by_identity, decode, encode
+from ledger._encoding import decode, encode, remembered
 from ledger._errors import BlobError, ChainError, SignatureError
 from ledger._types import REDRAW_TICKS_KEY
 from ledger._merkle import merkle_root
@@ -102,7 +103,7 @@ def _rank(domain: bytes, seed: bytes, peers: Sequence[str]) -> list[str]:
     return sorted(peers, key=lambda p: (hash_tagged(domain, seed + p.encode()), p))
 
 
-@by_identity(4)  # (it ranks every member by a hash)
+@remembered  # (it ranks every member by a hash)
 def genesis_committee(genesis: Genesis) -> tuple[str, ...]:
     """Committee that certifies block 1: ``committee_size`` members ranked by a hash of the genesis hash.
 
@@ -263,13 +264,17 @@ _COMMITTEES_KEPT = 16
 class ChainContext:
     """Everything fixed by the genesis that block validation needs: members' keys and the rules."""
 
-    def __init__(self, genesis: Genesis, *, signature_memo: int = 0, block_memo: int = 0) -> None:
+    def __init__(
+        self, genesis: Genesis, *, signature_memo: int = 0, block_memo: int = 0, caches: Caches | None = None
+    ) -> None:
         """``signature_memo``: successful verifications to remember (see :class:`PublicKeyCache`);
         ``block_memo``: structural :func:`apply_block` results to remember, keyed by the previous state and
         the block *object* (identical decoded objects are shared by a decode memo, e.g. in a simulation
         where many nodes verify one decided block), and for a skip (``epoch``) by the epoch too; a hit returns the
-        state a past successful check gave."""
+        state a past successful check gave. ``caches``: the driver's memos (:class:`Caches`), read by whatever
+        works on this chain through this context (blob digests, committee samples); a private one if None."""
         self.genesis = genesis
+        self.caches = caches if caches is not None else Caches()
         self.block_memo: OrderedDict[tuple[object, ...], tuple[Block | BlockHeader, ChainState]] | None = (
             OrderedDict() if block_memo > 0 else None
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import msgpack
 from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
@@ -56,38 +57,12 @@ _PB_ED25519_PUBLIC = b"\x08\x01\x12\x20"
 # identity multihash: code 0x00, length 0x24 (= 4 + 32 bytes of protobuf)
 _MH_IDENTITY = b"\x00\x24"
 _B58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-_B58_INDEX = {c: i for i, c in enumerate(_B58_ALPHABET)}
+_B58_INDEX = MappingProxyType({c: i for i, c in enumerate(_B58_ALPHABET)})
 
 
 def sha256(data: bytes) -> bytes:
-    """SHA-256 digest of ``data``.
-
-    Digests of large ``bytes`` objects (blobs: updates, models) are memoised by value: in a simulation every
-    node of the process hashes the same update object on receipt and again when storing it. A hit costs a
-    dict lookup (``bytes`` caches its own hash) and an identity or memcmp comparison of the bytes, so the
-    memo returns the digest of exactly these bytes. Bounded in entries and in bytes held."""
-    if len(data) < _BLOB_MEMO_MIN or type(data) is not bytes:
-        return hashlib.sha256(data).digest()
-    memo = _BLOB_DIGESTS
-    d = memo.get(data)
-    if d is None:
-        d = hashlib.sha256(data).digest()
-        global _blob_memo_bytes
-        while memo and (len(memo) >= _BLOB_MEMO_ENTRIES or _blob_memo_bytes + len(data) > _BLOB_MEMO_BYTES):
-            old = next(iter(memo))
-            _blob_memo_bytes -= len(old)
-            del memo[old]
-        if len(data) <= _BLOB_MEMO_BYTES:
-            memo[data] = d
-            _blob_memo_bytes += len(data)
-    return d
-
-
-_BLOB_MEMO_MIN = 4096
-_BLOB_MEMO_ENTRIES = 512
-_BLOB_MEMO_BYTES = 64 << 20
-_BLOB_DIGESTS: dict[bytes, bytes] = {}
-_blob_memo_bytes = 0
+    """SHA-256 digest of ``data`` (:meth:`ledger.Caches.sha256` remembers the digests of blobs)."""
+    return hashlib.sha256(data).digest()
 
 
 def hash_tagged(tag: bytes, data: bytes) -> bytes:
@@ -117,10 +92,12 @@ def _b58encode(data: bytes) -> str:
 
 def _b58decode(text: str) -> bytes:
     n = 0
+    index = _B58_INDEX
     for c in text:
-        i = _B58_INDEX.get(c)
-        if i is None:
-            raise DecodeError(f"invalid base58 character {c!r}")
+        try:
+            i = index[c]
+        except KeyError:
+            raise DecodeError(f"invalid base58 character {c!r}") from None
         n = n * 58 + i
     pad = len(text) - len(text.lstrip("1"))
     body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""

@@ -58,13 +58,13 @@ __all__ = [
     "ENCODED_BYTES_MAX",
     "Record",
     "Value",
-    "by_identity",
     "decode",
     "decode_record",
     "encode",
     "encode_record",
     "freeze",
     "record",
+    "remembered",
     "scan",
 ]
 
@@ -410,11 +410,16 @@ class Record:
 
     ``Vote.decode(data)`` is then a ``Vote`` and ``vote.encode()`` is ``bytes``, and a misspelt method is an
     error. The methods themselves are the decorator's closures, set on each record class (so the base adds no
-    step to a call), and the base has no slot and no runtime attribute: it costs nothing on the hot paths, and
-    ``hasattr(tp, "_record_fields")`` still says whether ``tp`` went through :func:`record`.
+    step to a call), and ``hasattr(tp, "_record_fields")`` still says whether ``tp`` went through :func:`record`.
+
+    The base's two slots are the record's own memos, unset until first used and never part of its fields (so not
+    of its equality, hash, pickle or ``dataclasses.replace``): ``_encoded``, the bytes :meth:`encode` returned
+    (one block header, commitment or vote is hashed or signed by many code paths and, in a simulation, by every
+    node that shares the decoded object), and ``_remembered``, the results of :func:`remembered` functions of
+    the record. A memo kept on the frozen record it describes lives and dies with it: no process-wide table.
     """
 
-    __slots__ = ()
+    __slots__ = ("_encoded", "_remembered")
 
     if TYPE_CHECKING:
         _record_fields: ClassVar[tuple[str, ...]]
@@ -446,37 +451,33 @@ class Record:
 
 R = TypeVar("R", bound=Record)
 
-_ENCODED: dict[int, tuple[Any, bytes]] = {}
-"""Identity memo of small records' encodings: records are frozen, and one block header, commitment or vote
-is hashed or signed by many code paths (and, in a simulation, by every node that shares the decoded
-object). Holding the record keeps its ``id`` from being reused while it is in the memo; oldest out first."""
-_ENCODED_MAX = 1024
 _ENCODED_ITEM_MAX = 16384
-"""Bigger encodings (update packets with their blobs) are not kept: packing them is a copy, not a walk."""
+"""Bigger encodings (update packets with their blobs) are not kept on their record: packing them is a copy, not a
+walk."""
 
 
-def by_identity(size: int) -> Callable[[Callable[[Any], T]], Callable[[Any], T]]:
-    """Remember a pure function of one frozen record by the record's identity, as :data:`_ENCODED` does: the last
-    ``size`` records are held, so an ``id`` is not reused while it is remembered. For results that walk a big
-    record more than once per process, e.g. the hash and the first committee of a genesis of 10,000 members."""
+def remembered(fn: Callable[[Any], T]) -> Callable[[Any], T]:
+    """Remember a pure function of one frozen record on the record (its ``_remembered`` slot, see :class:`Record`),
+    for results that walk a big record more than once, e.g. the hash and the first committee of a genesis of
+    10,000 members. A record of a class without the slot (one not derived from :class:`Record`) is not
+    remembered: ``fn`` runs each time."""
 
-    def wrap(fn: Callable[[Any], T]) -> Callable[[Any], T]:
-        memo: dict[int, tuple[Any, T]] = {}
-
-        @functools.wraps(fn)
-        def remembered(obj: Any) -> T:
-            hit = memo.get(id(obj))
-            if hit is not None and hit[0] is obj:
-                return hit[1]
-            out = fn(obj)
-            if len(memo) >= size:
-                del memo[next(iter(memo))]
-            memo[id(obj)] = (obj, out)
+    @functools.wraps(fn)
+    def remembering(obj: Any) -> T:
+        try:
+            memo = obj._remembered
+        except AttributeError:
+            if not isinstance(getattr(type(obj), "_remembered", None), types.MemberDescriptorType):
+                return fn(obj)
+            memo = {}
+            object.__setattr__(obj, "_remembered", memo)
+        try:
+            return memo[fn]  # type: ignore[no-any-return]
+        except KeyError:
+            out = memo[fn] = fn(obj)
             return out
 
-        return remembered
-
-    return wrap
+    return remembering
 
 
 _Path = Any
@@ -717,20 +718,19 @@ def record(cls: type[T]) -> type[T]:
         return klass._from_value(v, klass.__name__)
 
     def encode_self(self: Any) -> bytes:
-        memo = _ENCODED
-        hit = memo.get(id(self))
-        if hit is not None and hit[0] is self:
-            return hit[1]
+        try:
+            return self._encoded  # type: ignore[no-any-return]
+        except AttributeError:
+            pass
         out = msgpack.packb(self._to_canonical(0), use_bin_type=True, use_single_float=False)
-        if len(out) <= _ENCODED_ITEM_MAX:
-            if len(memo) >= _ENCODED_MAX:
-                del memo[next(iter(memo))]
-            memo[id(self)] = (self, out)
+        if len(out) <= _ENCODED_ITEM_MAX and keeps_encoding:
+            object.__setattr__(self, "_encoded", out)
         return out
 
     def decode_cls(klass: Any, data: bytes, *, bytes_max: int = ENCODED_BYTES_MAX, budget: Budget | None = None) -> Any:
         return klass._from_value(decode(data, bytes_max=bytes_max, budget=budget), klass.__name__)
 
+    keeps_encoding = isinstance(getattr(cls, "_encoded", None), types.MemberDescriptorType)  # (the Record slot)
     target: Any = cls  # what Record declares, set here (a class not derived from Record gets them too)
     target._record_fields = tuple(order)
     target.to_value = to_value

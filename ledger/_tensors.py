@@ -21,12 +21,15 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ledger._errors import BlobError
 
 __all__ = ["DTYPE_BYTES", "TensorEntry", "decode_tensors", "encode_tensors"]
 
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+DTYPE_BYTES = MappingProxyType(
+    {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+)
 HEADER_BYTES_MAX = 1 << 20
 TENSORS_MAX = 4096
 NDIM_MAX = 8

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ledger._crypto import DIGEST_BYTES, PUBLIC_KEY_BYTES, SIGNATURE_BYTES, hash_tagged
-from ledger._encoding import Record, by_identity, encode, freeze, record
+from ledger._encoding import Record, encode, freeze, record, remembered
 
 __all__ = [
     "CMFL_DISTANCE_FLOOR",
@@ -293,7 +293,7 @@ class Genesis(Record):
                 f"committee_size {self.protocol.committee_size} exceeds the number of members {len(self.members)}"
             )
 
-    @by_identity(4)  # (a genesis lists every member: a simulation's of 10,000 takes 50 ms to encode)
+    @remembered  # (a genesis lists every member: a simulation's of 10,000 takes 50 ms to encode)
     def hash(self) -> bytes:
         """The genesis hash: ``prev_hash`` of block 1."""
         return hash_tagged(b"concilium-genesis/v1", self.encode())

@@ -374,7 +374,8 @@ class RoundRules:
         if self.committee_mode:
             assert self.cmfl is not None
             trainers = sample_training_clients(
-                self.members, committee, self.ctx.genesis_hash, h, self.cmfl.training_size, rule=self.sampling_rule
+                self.members, committee, self.ctx.genesis_hash, h, self.cmfl.training_size, rule=self.sampling_rule,
+                caches=self.ctx.caches,
             )
             return RoundPlan(h, committee, trainers, committee)
         pool = self.members
@@ -383,7 +384,7 @@ class RoundRules:
             pool = tuple(m for m in self.members if m not in busy) or self.members
         k = self.strategy.clients_per_round(len(pool))
         seed = self.ctx.genesis_hash if self.sampling_hash is None else self.sampling_hash
-        trainers = sample_training_clients(pool, (), seed, h, k, rule=self.sampling_rule)
+        trainers = sample_training_clients(pool, (), seed, h, k, rule=self.sampling_rule, caches=self.ctx.caches)
         return RoundPlan(h, committee, trainers, ())
 
     def next_committee_coordinator(self, state: ChainState) -> tuple[str, ...]:
@@ -399,7 +400,7 @@ class RoundRules:
             # the genesis hash and the height, never this block's hash (which its proposer could grind)
             seed = self.ctx.genesis_hash + struct.pack(">Q", state.height + 1)
             got = self._next_committees[state.height] = sample_committee(
-                self.members, seed, self.genesis.protocol.committee_size, rule=self.sampling_rule
+                self.members, seed, self.genesis.protocol.committee_size, rule=self.sampling_rule, caches=self.ctx.caches
             )
             while len(self._next_committees) > _PLANS_KEPT:
                 self._next_committees.popitem(last=False)
@@ -521,9 +522,9 @@ class RoundRules:
             if encode(payload.record) != encode(plan_record):
                 return "the round record differs from re-execution", None, None, None
         model_blob = vector_to_blob(result.model)
-        if sha256(model_blob) != payload.model_digest:
+        if self.ctx.caches.sha256(model_blob) != payload.model_digest:
             return "the new model digest differs from re-execution of the aggregation", None, None, None
-        state_digest = None if result.state is None else sha256(result.state)
+        state_digest = None if result.state is None else self.ctx.caches.sha256(result.state)
         if state_digest != payload.state_digest:
             return "the algorithm state digest differs from re-execution", None, None, None
         return None, result.model, model_blob, result.state

@@ -98,7 +98,6 @@ from ledger import (
     genesis_state,
     make_header,
     primary,
-    sha256,
     sign_update,
     update_sign_bytes,
 )
@@ -571,9 +570,9 @@ class NodeCore:
         model = np.ascontiguousarray(initial_model, dtype=np.float32)
         model_blob = vector_to_blob(model)
         if model_missing:  # ``initial_model`` only gives the dimension; the state's model is fetched from peers
-            if sha256(model_blob) != self._genesis.model.digest:
+            if self._ctx.caches.sha256(model_blob) != self._genesis.model.digest:
                 raise ValueError("initial_model does not match the genesis model digest")
-        elif sha256(model_blob) != self._state.model_digest:
+        elif self._ctx.caches.sha256(model_blob) != self._state.model_digest:
             raise ValueError("initial_model does not match the chain state's model digest")
         else:
             self._blobs.put(model_blob)
@@ -1117,7 +1116,7 @@ class NodeCore:
         self._proposed_state = None
         payload = Payload(
             updates=tuple(c for c, _ in sorted(included, key=lambda cu: cu[0].peer)),
-            model_digest=sha256(blob),
+            model_digest=self._ctx.caches.sha256(blob),
             next_committee=decision.next_committee,
             record=cmfl_record(decision, training=r.plan.trainers, params=self._rules.cmfl),
             attestations=tuple(rows),
@@ -1139,7 +1138,7 @@ class NodeCore:
             state_digest = self._blobs.put(result.state)
         payload = Payload(
             updates=tuple(c for c, _ in included),
-            model_digest=sha256(blob),
+            model_digest=self._ctx.caches.sha256(blob),
             next_committee=self._rules.next_committee_coordinator(self._state),
             record=self._rules.coordinator_record(r.plan, result),
             state_digest=state_digest,
@@ -1602,7 +1601,7 @@ class NodeCore:
         if len(packet.blob) != self._update_blob_len:  # (before hashing it: a peer's blob may be 256 MiB)
             self._dropped["update blob of the wrong size"] += 1
             return
-        if sha256(packet.blob) != c.digest:
+        if self._ctx.caches.sha256(packet.blob) != c.digest:
             self._dropped["update blob does not match its digest"] += 1
             return
         vec = self._decoder.vector(packet.blob, dim=self._upload_dim, what=f"update of {peer}")
@@ -1828,7 +1827,7 @@ class NodeCore:
 
     def _on_blobs(self, sender: str, blobs: Sequence[bytes]) -> None:
         for blob in blobs:
-            d = sha256(blob)
+            d = self._ctx.caches.sha256(blob)
             if d in self._want:
                 self._blobs.put(blob)
                 del self._want[d]

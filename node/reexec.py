@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from consensus import KIND_SCORES, RemoteProtocolError, parse_score_row
-from ledger import AuditFinding, BlobSource, Block, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError
+from ledger import (
+    AuditFinding, BlobSource, Block, Caches, ChainContext, ChainState, Genesis, LedgerError, ReexecutionError,
+)
 from learning import InvalidUpdateError, LearningError, PublicEval, blob_to_vector, distance_row, distance_rtol
 from node._errors import ConfigFileError
 from node._rounds import RoundRules
@@ -39,8 +41,10 @@ __all__ = ["RoundReexecutor", "ledger_reexecutor", "recheck_score_rows", "reexec
 class RoundReexecutor:
     """``ledger.Reexecutor`` for chains produced by concilium nodes."""
 
-    def __init__(self, genesis: Genesis, *, public: PublicEval | None = None) -> None:
-        self.rules = RoundRules(genesis, public=public)
+    def __init__(self, genesis: Genesis, *, public: PublicEval | None = None, caches: Caches | None = None) -> None:
+        """``caches``: the auditor's memos (:class:`ledger.Caches`), shared with its blob store and
+        :func:`ledger.audit_chain` (the re-executed model is the one the store hashes next); a private one if None."""
+        self.rules = RoundRules(genesis, ctx=ChainContext(genesis, caches=caches), public=public)
         self.history = self.rules.new_history()
         """Recent rounds for semi-synchronous strategies: blocks must come in height order from 1."""
 
@@ -128,18 +132,22 @@ def _lying(
     ]
 
 
-def reexecutor_for(genesis: Genesis, *, public: PublicEval | None = None) -> RoundReexecutor | None:
+def reexecutor_for(
+    genesis: Genesis, *, public: PublicEval | None = None, caches: Caches | None = None
+) -> RoundReexecutor | None:
     """A re-executor for ``genesis``, or None if its algorithm is not one this concilium knows (or it needs a
     public split this host does not have): :func:`reexecutor_or_why` says which."""
-    return reexecutor_or_why(genesis, public=public)[0]
+    return reexecutor_or_why(genesis, public=public, caches=caches)[0]
 
 
-def reexecutor_or_why(genesis: Genesis, *, public: PublicEval | None = None) -> tuple[RoundReexecutor | None, str]:
+def reexecutor_or_why(
+    genesis: Genesis, *, public: PublicEval | None = None, caches: Caches | None = None
+) -> tuple[RoundReexecutor | None, str]:
     """``(re-executor, "")``, or ``(None, why)``: the exact reason this host cannot re-execute ``genesis``'s rounds
     (an unknown strategy, aggregator or parameter, named by the error that building the strategy raised; a public
     split it needs and this host has not)."""
     try:
-        return RoundReexecutor(genesis, public=public), ""
+        return RoundReexecutor(genesis, public=public, caches=caches), ""
     except (LearningError, ValueError) as e:
         return None, f"algorithm {genesis.protocol.algorithm!r} cannot be built here: {e}"
 
@@ -152,12 +160,14 @@ def ledger_reexecutor(
     public: PublicEval | None = None,
     public_for: Callable[[Path], PublicEval | None] | None = None,
     build: bool = True,
+    caches: Caches | None = None,
 ) -> tuple[RoundReexecutor | None, str]:
     """What an audit of the stored ledger at ``ledger`` re-executes its rounds with: ``(re-executor, "")`` or
     ``(None, why)``. First the app ``genesis`` pins (``node.apps``): ``app`` if given (a failure raises: the
     auditor's own input, one line), else the copy a results folder keeps beside the ledger, else this process's or
     an installed one (a failure is part of ``why``). Then the strategy, with ``public`` or, where it needs a public
-    split, the one ``public_for(ledger)`` rebuilds. ``build=False``: only the app (the caller re-executes nothing)."""
+    split, the one ``public_for(ledger)`` rebuilds. ``build=False``: only the app (the caller re-executes nothing).
+    ``caches``: the re-executor's memos (see :class:`RoundReexecutor`)."""
     from node.apps import app_beside, load_pinned_app, pin_of  # noqa: PLC0415
 
     params = genesis.protocol.params
@@ -171,9 +181,9 @@ def ledger_reexecutor(
         app_why = f"{e}; "
     if not build:
         return None, ""
-    rx, why = reexecutor_or_why(genesis, public=public)
+    rx, why = reexecutor_or_why(genesis, public=public, caches=caches)
     if rx is None and public is None and public_for is not None:
         rebuilt = public_for(Path(ledger))
         if rebuilt is not None:
-            rx, why = reexecutor_or_why(genesis, public=rebuilt)
+            rx, why = reexecutor_or_why(genesis, public=rebuilt, caches=caches)
     return rx, app_why + why

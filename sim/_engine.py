@@ -36,6 +36,7 @@ from ledger import (
     ATTEMPT_VIEWS,
     Block,
     BlockHeader,
+    Caches,
     ChainContext,
     Genesis,
     Payload,
@@ -356,6 +357,8 @@ class Simulation:
         fuzz: FuzzSpec | None = None,
         executor: Callable[[Simulation], Any] | None = None,
         models_for_all: bool | None = None,
+        threads: int | None = 1,
+        caches: Caches | None = None,
     ) -> None:
         """``workers``: forked processes that run local training while this process runs the protocol
         (None: :func:`sim._workers.default_workers`; 0: train in-process). The results are identical.
@@ -363,14 +366,21 @@ class Simulation:
         ``executor``: builds the training pool at ``run()`` instead of the local workers (``sim._ray.RayExecutor``).
         ``models_for_all``: every member outside the committee receives every new model, as a node of the
         network runtime does (``NodeCore(models_for_all=True)``), or (False) only the members with a role in the
-        next round; None: the scenario's ``network.model_push``."""
+        next round; None: the scenario's ``network.model_push``.
+        ``threads``: the threads PyTorch's and the BLAS libraries' kernels run on in this process, set here
+        (:func:`sim._jobs.limit_threads`, a setting of the whole process: the simulator's small kernels are many
+        times slower oversubscribed); None leaves the process's setting as it is.
+        ``caches``: the memos all the run's nodes share (:class:`ledger.Caches`: blob digests, committee samples),
+        through their chain context and blob stores; a new one if None. Results are the same whatever it holds."""
         if models_for_all is None:
             models_for_all = scenario.network.model_push == "all"
         self.sc = scenario
         self._rng = RngTree(scenario.seed)
         self._on_round = on_round
         self._wall0 = time.perf_counter()
-        limit_threads(1)
+        if threads is not None:
+            limit_threads(threads)
+        self.caches = caches if caches is not None else Caches()
         self._init_world(scenario)
         self._init_attacks(scenario)
         self._init_clients(scenario)
@@ -468,14 +478,14 @@ class Simulation:
         # The round rules (a height's plan: the client sample) and the genesis state are pure functions of the
         # genesis and the chain state, shared the same way. The block memo covers the heights a lazy member
         # catches up over (about members / clients of them, each checked by every member woken that round).
-        ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=1024)
+        ctx = ChainContext(self.genesis, signature_memo=1 << 16, block_memo=1024, caches=self.caches)
         self._decoder = EnvelopeDecoder(memo_bytes=64 << 20)
         rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
         state0 = genesis_state(ctx)
         theta0_blob = vector_to_blob(self.theta0)  # one copy in every node's blob store (a store keeps the first)
 
         def blob_store() -> MemoryBlobStore:
-            store = MemoryBlobStore()
+            store = MemoryBlobStore(caches=self.caches)
             store.put(theta0_blob)
             return store
 
@@ -1015,7 +1025,7 @@ class Simulation:
     def _write(self, fx: Decided) -> None:
         block = fx.block
         h = block.height
-        assert fx.model is not None and sha256(vector_to_blob(fx.model)) == block.payload.model_digest
+        assert fx.model is not None and self.caches.sha256(vector_to_blob(fx.model)) == block.payload.model_digest
         if self.fuzzer is not None:
             for ev in block.payload.evidence:
                 self.fuzzer.on_evidence(block.header.proposer, ev, where=f"block {h}")

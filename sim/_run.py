@@ -37,7 +37,7 @@ from typing import Any
 
 import tomli_w
 
-from ledger import AuditReport, LedgerError, audit_chain
+from ledger import AuditReport, Caches, LedgerError, audit_chain
 from ledger.store import open_ledger
 from node import ConfigFileError, NodeError, OutputPathError
 from node.config import dump_genesis, output_path
@@ -326,12 +326,13 @@ def ledger_verdict(path: Path, *, public: PublicEval | None = None, now_ms: int 
 
 def _audit(path: Path, *, public: PublicEval | None, now_ms: int | None = None) -> tuple[AuditReport, str, str]:
     """:func:`ledger_verdict`'s report, verdict line and status."""
-    store, blobs = open_ledger(path, readonly=True, check_index=False)
+    caches = Caches()  # the blob store's, the audit's and the re-executor's
+    store, blobs = open_ledger(path, readonly=True, check_index=False, caches=caches)
     with store:
         g = store.genesis()
-        rx, why = ledger_reexecutor(g, path, public=public, public_for=public_eval_for_ledger)
+        rx, why = ledger_reexecutor(g, path, public=public, public_for=public_eval_for_ledger, caches=caches)
         report = audit_chain(g, store.iter_rows(), blobs=blobs, reexecutor=rx,
-                             now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms)
+                             now_ms=time.time_ns() // 1_000_000 if now_ms is None else now_ms, caches=caches)
     if not report.ok:
         return report, report.line(), "fail"
     if rx is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ledger._caches import Caches
 from ledger._errors import CorruptStoreError, StoreError
 from ledger._types import Genesis
 from ledger.store._blobs import BLOB_BYTES_MAX, FileBlobStore, MemoryBlobStore
@@ -44,18 +45,22 @@ def resolve_ledger_path(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     raise StoreError(f"{p}: no such ledger (expected a directory with {CHAIN_FILE} or the file itself)")
 
 
-def create_ledger(path: str | os.PathLike[str], genesis: Genesis) -> tuple[SqliteBlockStore, FileBlobStore]:
-    """Create a new ledger directory ``path`` (it may exist but must not hold a chain)."""
+def create_ledger(
+    path: str | os.PathLike[str], genesis: Genesis, *, caches: Caches | None = None
+) -> tuple[SqliteBlockStore, FileBlobStore]:
+    """Create a new ledger directory ``path`` (it may exist but must not hold a chain); ``caches`` is the blob
+    store's (see :class:`FileBlobStore`)."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     store = SqliteBlockStore.create(p / CHAIN_FILE, genesis)
-    return store, FileBlobStore(p / BLOBS_DIR)
+    return store, FileBlobStore(p / BLOBS_DIR, caches=caches)
 
 
 def open_ledger(
-    path: str | os.PathLike[str], *, readonly: bool = False, check_index: bool = True
+    path: str | os.PathLike[str], *, readonly: bool = False, check_index: bool = True, caches: Caches | None = None
 ) -> tuple[SqliteBlockStore, FileBlobStore]:
-    """Open an existing ledger (directory or chain file); see :meth:`SqliteBlockStore.open`."""
+    """Open an existing ledger (directory or chain file); see :meth:`SqliteBlockStore.open`. ``caches`` is the
+    blob store's (see :class:`FileBlobStore`)."""
     chain, blobs = resolve_ledger_path(path)
     store = SqliteBlockStore.open(chain, readonly=readonly, check_index=check_index)
-    return store, FileBlobStore(blobs, readonly=readonly)
+    return store, FileBlobStore(blobs, readonly=readonly, caches=caches)

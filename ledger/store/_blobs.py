@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
+from ledger._caches import Caches
 from ledger._crypto import sha256
 from ledger._errors import BlobError
 
@@ -32,9 +33,13 @@ def _check_digest(digest: bytes) -> str:
 
 
 class FileBlobStore:
-    """Blobs as files under ``root`` (created if missing unless ``readonly``)."""
+    """Blobs as files under ``root`` (created if missing unless ``readonly``); ``caches`` remembers the digests of
+    the blobs it hashes (:meth:`ledger.Caches.sha256`: a node hashes an update on receipt, then stores it)."""
 
-    def __init__(self, root: str | os.PathLike[str], *, readonly: bool = False) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, readonly: bool = False, caches: Caches | None = None
+    ) -> None:
+        self._sha256 = sha256 if caches is None else caches.sha256
         self.root = Path(root)
         self._root_str = str(self.root)
         self._readonly = readonly
@@ -55,7 +60,7 @@ class FileBlobStore:
             raise BlobError(f"{self.root}: opened read-only")
         if len(data) > BLOB_BYTES_MAX:
             raise BlobError(f"blob of {len(data)} bytes exceeds {BLOB_BYTES_MAX}")
-        digest = sha256(data)
+        digest = self._sha256(data)
         final = self._path(digest)
         if final.is_file():
             return digest
@@ -108,7 +113,7 @@ class FileBlobStore:
             for data in blobs:
                 if len(data) > BLOB_BYTES_MAX:
                     raise BlobError(f"blob of {len(data)} bytes exceeds {BLOB_BYTES_MAX}")
-                digest = sha256(data)
+                digest = self._sha256(data)
                 digests.append(digest)
                 if digest in queued:
                     continue
@@ -159,7 +164,7 @@ class FileBlobStore:
             raise BlobError(f"{p}: is a directory, not a blob") from None
         except OSError as e:
             raise BlobError(f"{p}: unreadable: {e.strerror}") from None
-        if sha256(data) != digest:
+        if self._sha256(data) != digest:
             raise BlobError(f"{p}: content does not match its digest (corrupted)")
         return data
 
@@ -168,16 +173,17 @@ class MemoryBlobStore:
     """Blobs in a dict (tests and simulations that do not keep their ledger).
 
     ``put`` hashes and stores an immutable copy, so ``get`` needs no re-hash: nothing can change a stored
-    ``bytes`` object in memory (disk stores re-hash every read)."""
+    ``bytes`` object in memory (disk stores re-hash every read). ``caches`` as for :class:`FileBlobStore`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, caches: Caches | None = None) -> None:
+        self._sha256 = sha256 if caches is None else caches.sha256
         self._blobs: dict[bytes, bytes] = {}
 
     def has(self, digest: bytes) -> bool:
         return digest in self._blobs
 
     def put(self, data: bytes) -> bytes:
-        digest = sha256(data)
+        digest = self._sha256(data)
         self._blobs.setdefault(digest, bytes(data))
         return digest
 

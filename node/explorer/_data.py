@@ -29,6 +29,7 @@ from ledger import (
     COMMITTEE_MODE,
     AuditReport,
     Block,
+    Caches,
     Genesis,
     InclusionProof,
     attempt_of,
@@ -222,8 +223,9 @@ def audit_ledger(
     ``StoreError`` when the path is not a ledger that can be read, ``NodeError`` for a bad genesis file,
     and :class:`CannotReexecute` when ``reexec="yes"`` but the algorithm cannot be re-executed.
     """
+    caches = Caches()  # the blob store's, the audit's and the re-executor's
     try:
-        store, blobs = open_ledger(path, readonly=True, check_index=False)
+        store, blobs = open_ledger(path, readonly=True, check_index=False, caches=caches)
     except CorruptStoreError as e:
         return AuditOutcome(False, e.verdict(), e.height, e.reason)
     with store:
@@ -243,7 +245,7 @@ def audit_ledger(
         # (a strategy that scores models on a public split, Sself: public_for rebuilds it, from a results folder's
         # scenario.toml or the node's own split)
         rx, why = ledger_reexecutor(genesis, path, app=app, public_for=public_for,
-                                    build=reexec != "no" and not no_blobs)
+                                    build=reexec != "no" and not no_blobs, caches=caches)
         if reexec == "yes" and rx is None:
             raise CannotReexecute(f"{path}: cannot re-execute the rounds: {why}")
         if on_start is not None:
@@ -256,6 +258,7 @@ def audit_ledger(
             reexecutor=rx,
             on_block=on_block,
             now_ms=wall_clock_ms() if now_ms is None else now_ms,
+            caches=caches,
         )
         warning = store.warning
     note = ""

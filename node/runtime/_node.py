@@ -56,7 +56,9 @@ from typing import Any
 import numpy as np
 import trio
 
-from ledger import Block, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256
+from ledger import (
+    Block, Caches, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256,
+)
 from ledger.store import BLOBS_DIR, CHAIN_FILE, FileBlobStore, SqliteBlockStore, StoreError, create_ledger
 from consensus import DurableStateError
 from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
@@ -184,11 +186,14 @@ class StoredChain:
     """The head model; None when its blob is missing (the node then fetches it from its peers)."""
     history: RoundHistory | None
     """The staleness window of a semi-synchronous strategy, as the live node had it (None: none is kept)."""
+    ctx: ChainContext
+    """The chain context the replay used, holding the node's memos (:class:`ledger.Caches`), which its blob store
+    shares: the core is given it."""
 
 
 def load_chain(
     genesis: Genesis, data_dir: Path, initial_model: np.ndarray, *, public: PublicEval | None = None,
-    write_later: bool = False,
+    write_later: bool = False, caches: Caches | None = None,
 ) -> StoredChain:
     """Open (or create) the node's ledger in ``data_dir`` and replay it to its head.
 
@@ -200,23 +205,26 @@ def load_chain(
     round history the core keeps (who trained at each recent height, the models those rounds started from,
     which updates are in), as the auditor's re-execution does, so a restarted node plans the next round
     like its peers. The plans depend on the whole chain, so every block is planned; model blobs are read
-    for the last ``max_staleness`` heights only."""
+    for the last ``max_staleness`` heights only.
+
+    ``caches``: the memos the node's blob store and chain context share (a new :class:`ledger.Caches` if None)."""
+    caches = caches if caches is not None else Caches()
     ldir = data_dir / LEDGER_DIR
     g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
     if sha256(g_blob) != genesis.model.digest:
         raise ValueError("the initial model does not match the genesis model digest")
     if (ldir / CHAIN_FILE).exists():
         store = SqliteBlockStore.open(ldir / CHAIN_FILE, readonly=write_later, copy_wal=write_later)
-        blobs = FileBlobStore(ldir / BLOBS_DIR)
+        blobs = FileBlobStore(ldir / BLOBS_DIR, caches=caches)
         try:
             _check_chain(store, genesis)
         except StoreError:
             store.close()
             raise
     else:
-        store, blobs = create_ledger(ldir, genesis)
+        store, blobs = create_ledger(ldir, genesis, caches=caches)
     blobs.put(g_blob)
-    ctx = ChainContext(genesis)
+    ctx = ChainContext(genesis, caches=caches)
     state = genesis_state(ctx)
     try:
         rules: RoundRules | None = RoundRules(genesis, ctx=ctx, public=public)
@@ -241,7 +249,7 @@ def load_chain(
         model = np.array(blob_to_vector(blobs.get(state.model_digest)), dtype=np.float32)
         if model.shape != (initial_model.shape[0],):
             model = None
-    return StoredChain(store, blobs, state, model, history)
+    return StoredChain(store, blobs, state, model, history, ctx)
 
 
 def check_data_dir(data_dir: Path, genesis: Genesis, peer: str, *, reset_votes: bool = False) -> bytes | None:
@@ -351,6 +359,7 @@ class NodeRuntime:
             public=public,
             offload_checks=True,
             history=chain.history,
+            ctx=chain.ctx,
         )
         self.adversary = adversary
         if adversary is not None:
