@@ -8,10 +8,11 @@ audit: a private one unless given). A memo only saves work: every result is the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ContextManager, TypeVar
 
 __all__ = ["Caches"]
 
@@ -33,9 +34,13 @@ class Caches:
       (the committee ranking of ``consensus``: every node of a simulation ranks the same pool with the same seed).
     """
 
-    __slots__ = ("_blob_bytes", "_blob_digests", "_memos")
+    __slots__ = ("_blob_bytes", "_blob_digests", "_lock", "_memos")
 
-    def __init__(self) -> None:
+    def __init__(self, *, lock: ContextManager[Any] | None = None) -> None:
+        """``lock``: held while a memo changes, for a driver that hashes in several threads (the network runtime
+        re-executes a proposal and writes blobs in worker threads: it passes a ``threading.Lock``); none by default
+        (one thread: the simulator, an audit)."""
+        self._lock = lock if lock is not None else contextlib.nullcontext()
         self._blob_digests: dict[bytes, bytes] = {}
         self._blob_bytes = 0
         self._memos: dict[Callable[..., Any], Callable[..., Any]] = {}
@@ -49,8 +54,12 @@ class Caches:
             return hashlib.sha256(data).digest()
         memo = self._blob_digests
         d = memo.get(data)
-        if d is None:
-            d = hashlib.sha256(data).digest()
+        if d is not None:
+            return d
+        d = hashlib.sha256(data).digest()  # (outside the lock: threads hash at once)
+        with self._lock:
+            if data in memo:
+                return d
             held = self._blob_bytes
             while memo and (len(memo) >= BLOB_MEMO_ENTRIES or held + len(data) > BLOB_MEMO_BYTES):
                 old = next(iter(memo))
@@ -67,5 +76,6 @@ class Caches:
         pure and always passed with the same ``maxsize``."""
         got = self._memos.get(fn)
         if got is None:
-            got = self._memos[fn] = functools.lru_cache(maxsize=maxsize)(fn)
+            with self._lock:
+                got = self._memos.setdefault(fn, functools.lru_cache(maxsize=maxsize)(fn))
         return got  # type: ignore[return-value]

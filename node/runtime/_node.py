@@ -46,6 +46,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -208,7 +209,7 @@ def load_chain(
     for the last ``max_staleness`` heights only.
 
     ``caches``: the memos the node's blob store and chain context share (a new :class:`ledger.Caches` if None)."""
-    caches = caches if caches is not None else Caches()
+    caches = caches if caches is not None else Caches(lock=threading.Lock())  # (worker threads hash too: Check)
     ldir = data_dir / LEDGER_DIR
     g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
     if sha256(g_blob) != genesis.model.digest:
