@@ -132,7 +132,6 @@ __all__ = [
     "TrainResult",
     "Transmit",
     "referenced_blobs",
-    "Withheld",
     "check_host_params",
     "committee_epoch_of",
     "n_samples_cap_of",
@@ -232,18 +231,7 @@ class Misbehavior:
     evidence: Evidence
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Withheld:
-    """A push this node left out (``models_for_all=False``): the new model for ``to``, a member outside the next
-    round, which does not need it. Nothing is to be sent; a host may ignore it. The simulator draws the network
-    randomness the message would have drawn, so that every other message keeps the latency it had when every
-    member got the model (and a scenario keeps its ledger)."""
-
-    to: str
-    kind: str
-
-
-NodeEffect = Transmit | Train | Decided | Misbehavior | Withheld
+NodeEffect = Transmit | Train | Decided | Misbehavior
 
 
 class Behavior:
@@ -1457,12 +1445,8 @@ class NodeCore:
                 self._out.append(Transmit(to=p, data=header_data, kind="pbft", detail=KIND_HEADER))
             else:
                 self._out.append(Transmit(to=p, data=block_data, kind="pbft", detail="decided"))
-            if model_data is None:
-                continue
-            if needy is None or p in needy:
+            if model_data is not None and (needy is None or p in needy):
                 self._out.append(Transmit(to=p, data=model_data, kind="model"))
-            else:
-                self._out.append(Withheld(to=p, kind="model"))
         # validators of the next committee that sat outside this one get the block above; the others
         # decided it themselves and have the model from validation.
 
