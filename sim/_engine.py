@@ -67,6 +67,7 @@ from node.core import (
     EnvelopeDecoder,
     Misbehavior,
     NodeCore,
+    OutsiderPolicy,
     RoundRules,
     Train,
     TrainJob,
@@ -367,7 +368,7 @@ class Simulation:
         ``fuzz``: members whose outgoing messages a :class:`sim._fuzz.ByzantineFuzzer` tampers with.
         ``executor``: builds the training pool at ``run()`` instead of the local workers (``sim._ray.RayExecutor``).
         ``models_for_all``: every member outside the committee receives every new model, as a node of the
-        network runtime does (``NodeCore(models_for_all=True)``), or (False) only the members with a role in the
+        network runtime does (``OutsiderPolicy(models_for_all=True)``), or (False) only the members with a role in the
         next round; None: the scenario's ``network.model_push``."""
         if models_for_all is None:
             models_for_all = scenario.network.model_push == "all"
@@ -478,6 +479,11 @@ class Simulation:
         rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
         state0 = genesis_state(ctx)
         theta0_blob = vector_to_blob(self.theta0)  # one copy in every node's blob store (a store keeps the first)
+        outsiders = OutsiderPolicy(  # (the scenario's network.model_push and network.outsiders)
+            models_for_all=models_for_all,
+            headers_for_outsiders=scenario.network.outsiders == "headers",
+            lazy_outsiders=scenario.network.outsiders == "lazy",
+        )
 
         def blob_store() -> MemoryBlobStore:
             store = MemoryBlobStore()
@@ -496,9 +502,7 @@ class Simulation:
                 decoder=self._decoder,
                 rules=rules,
                 state=state0,
-                models_for_all=models_for_all,
-                headers_for_outsiders=scenario.network.outsiders == "headers",
-                lazy_outsiders=scenario.network.outsiders == "lazy",
+                outsiders=outsiders,
             )
 
         self.nodes = _Members(self.peers, make)

@@ -352,12 +352,12 @@ class NetworkConfig:
     """What the proposer sends the members outside the next round of each decided block: ``"blocks"`` (the
     whole block) or ``"headers"`` (its header and commit certificate, about 1 kB instead of one entry per
     update; such a member follows the chain by headers and takes the whole block when it has a role:
-    ``node.NodeCore(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"`` and the
-    coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
+    ``node.core.OutsiderPolicy(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"``
+    and the coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
     needs the included updates). It does not change the ledger. ``"lazy"``: nothing at all; a member outside
     the round sleeps and follows no block until the block before a round in which it has a role reaches it, then
-    catches up by headers from its sender (``node.NodeCore(lazy_outsiders=True)``), with the same requirements as
-    ``"headers"``. A member outside the round then costs nothing in it. The catch-up takes a few messages more
+    catches up by headers from its sender (``node.core.OutsiderPolicy(lazy_outsiders=True)``), with the same
+    requirements as ``"headers"``. A member outside the round then costs nothing in it. The catch-up takes a few messages more
     before such a member can train, which can move when it trains (another ledger than ``"headers"`` for the same
     seed: still one every run with that seed gives)."""
 
