@@ -92,7 +92,7 @@ class RoundDeadlines:
     def for_round(cls, genesis: Genesis, plan: Any, *, blob_bytes: int) -> RoundDeadlines:
         """For a chain's rounds like ``plan`` (a ``node._rounds.RoundPlan``: its roles' sizes; a committee's size is
         fixed by the genesis, a round's trainers by the strategy's sample). A function of the genesis and the plan
-        only, never of a host's choices (``NodeCore(models_for_all=...)``): a simulation that pushes the model to
+        only, never of a host's choices (``OutsiderPolicy(models_for_all=...)``): a simulation that pushes the model to
         fewer members must decide the same blocks. So the model fan-out counted is the trainers' outside the
         committee; a proposer that pushes the model to every member (the runtime) reaches them in member order, and
         with many members outside the round a trainer may wait behind the others' copies (not budgeted)."""

@@ -181,7 +181,7 @@ def committee_epoch_of(params: Mapping[str, Any], *, mode: str) -> int:
     epoch ``k`` drawn, as at every height without the key, from the block before it
     (:meth:`RoundRules.next_committee_coordinator`). Every other block names the committee it was certified by.
 
-    What it buys: a member that slept through ``n`` heights (``NodeCore(lazy_outsiders=True)``) checks the last
+    What it buys: a member that slept through ``n`` heights (``OutsiderPolicy(lazy_outsiders=True)``) checks the last
     header of each epoch, about ``n / E``, instead of all ``n`` (``ledger.apply_header(epoch=)``). What it costs: a
     committee is known ``E`` heights ahead and serves that long, so an adaptive adversary has longer to corrupt
     it, and a crashed member of it costs view changes for up to ``E`` heights. The coordinator (the primary) still
@@ -238,7 +238,7 @@ def seeded_sampling_hash(sampling_seed: int) -> bytes:
 
 _PLANS_KEPT = 128
 """Plans and next committees remembered (by state): a member that slept through heights catches up over them one
-by one (``NodeCore(lazy_outsiders=True)``), and each height's plan ranks every member by a hash."""
+by one (``OutsiderPolicy(lazy_outsiders=True)``), and each height's plan ranks every member by a hash."""
 
 
 def round_rng(genesis_hash: bytes, height: int) -> np.random.Generator:

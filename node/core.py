@@ -104,6 +104,7 @@ from ledger import (
 from ledger.store import MemoryBlobStore
 from learning import ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
 from node._deadlines import RoundDeadlines
+from node._outsiders import OutsiderPolicy
 from node._rounds import (
     RoundHistory,
     RoundPlan,
@@ -127,13 +128,13 @@ __all__ = [
     "NodeEffect",
     "Check",
     "NodeStatus",
+    "OutsiderPolicy",
     "RoundRules",
     "Train",
     "TrainJob",
     "TrainResult",
     "Transmit",
     "referenced_blobs",
-    "Withheld",
     "check_host_params",
     "committee_epoch_of",
     "n_samples_cap_of",
@@ -233,17 +234,6 @@ class Misbehavior:
     evidence: Evidence
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Withheld:
-    """A push this node left out (``models_for_all=False``): the new model for ``to``, a member outside the next
-    round, which does not need it. Nothing is to be sent; a host may ignore it. The simulator draws the network
-    randomness the message would have drawn, so that every other message keeps the latency it had when every
-    member got the model (and a scenario keeps its ledger)."""
-
-    to: str
-    kind: str
-
-
 Checked = tuple[str | None, np.ndarray | None, bytes | None, bytes | None]
 """What re-executing a round gives (:meth:`RoundRules.check_payload`): ``(reason, model, model_blob, state)``."""
 
@@ -267,7 +257,7 @@ class Check:
     then: Callable[[Checked], None]
 
 
-NodeEffect = Transmit | Train | Decided | Misbehavior | Withheld | Check
+NodeEffect = Transmit | Train | Decided | Misbehavior | Check
 
 
 class Behavior:
@@ -466,38 +456,10 @@ class NodeCore:
         The round rules to share (:class:`node._rounds.RoundRules` of this ``genesis``, ``ctx`` and ``public``):
         the nodes of a simulation share one, so a height's plan (the client sample, a hash of every member) is
         drawn once per process, as ``ctx`` checks a signature once; default: private ones.
-    models_for_all:
-        True (default): a proposer pushes the new model to every member outside its committee, and every node
-        fetches a model it lacks. False: only to the members that need it at the next height (its trainers,
-        reference trainers and validators), and a node fetches the model only when it needs it (see
-        :meth:`_needs_model`), so a member outside the round receives the block alone (the simulator's 10,000
-        members). An ``archive`` node always wants every model.
-    headers_for_outsiders:
-        With ``models_for_all`` False, in coordinator mode, for a strategy without a staleness window: a proposer
-        sends the members outside the next round the decided block's header and certificate alone
-        (``consensus.decided_header_message``), not the block, and a node outside the round follows the chain by
-        them (``ledger.apply_header``: the next committee follows from the header in coordinator mode); it takes
-        the whole block whenever it has a role in the next round or holds evidence (:meth:`_needs_payload`), and
-        the proposer sends those members the block. Ignored where it does not apply. The ledger is the same.
-    lazy_outsiders:
-        Where ``headers_for_outsiders`` applies: a proposer sends the members outside the next round nothing at
-        all, and a node outside the round sleeps (``consensus.Replica(lazy=True)``): it follows no block until a
-        message shows it a later height (the block its proposer pushes it before a round where it has a role),
-        then catches up by headers from that sender (``header_sync_request``) and takes the block it needs whole.
-        A member outside a round then costs nothing in it; one that gets a role pays for the heights it slept
-        through then. The push that wakes a client may be lost: the primary of its round sends it again once, half
-        way to the collect deadline, to the clients it has no update from (:meth:`_maybe_nudge`). A client sleeps
-        again once its update is sent (``Replica.rest``: it does not fetch the block that ends its round).
-        Each node keeps the last :data:`HEADERS_KEPT` decided headers to serve others. A host may
-        call :meth:`shed` when such a member sleeps (the simulator does): it then keeps its head's model at most.
-        A departure from the plain sync (fetch the missing blocks and blobs), for the simulator's many members
-        (a member that follows every block costs members × rounds in all): a lazy member fetches the
-        missing heights' headers, checked by the header half of the chain rules (``ledger.apply_header``), and
-        only the block it needs; the ledger is unchanged. The network runtime does not use it. With the genesis'
-        ``committee_epoch`` ``E`` > 1 (:func:`committee_epoch_of`) it goes further: it skips to the last header of
-        each epoch (``consensus.Replica(committee_epoch=E)``), trusting the epoch's committee's certificate for the
-        heights between, as a CometBFT light client's skipping verification does; the audit
-        (``ledger verify``) still checks every block.
+    outsiders:
+        What this node sends the members outside a round and how it follows the chain as one of them
+        (:class:`OutsiderPolicy`); default: the network runtime's (every member gets every model and whole block).
+        The simulator injects a leaner one from its scenario. The ledger is the same.
     """
 
     def __init__(
@@ -521,15 +483,13 @@ class NodeCore:
         replica_restore: bytes | None = None,
         history: RoundHistory | None = None,
         rules: RoundRules | None = None,
-        models_for_all: bool = True,
-        headers_for_outsiders: bool = False,
-        lazy_outsiders: bool = False,
+        outsiders: OutsiderPolicy = OutsiderPolicy(),  # (frozen: one shared default is safe)
         offload_checks: bool = False,
     ) -> None:
         self._offload_checks = offload_checks
         self._checking: set[tuple[str, bytes]] = set()  # (purpose, block hash) of the Check effects out
         self._rules = self._own_rules(rules, genesis, ctx, public)
-        self._models_for_all = models_for_all or archive
+        self._models_for_all = outsiders.models_for_all or archive
         self._block_source = block_source
         self._archive = archive
         self._decoder = decoder if decoder is not None else EnvelopeDecoder(memo_bytes=1 << 20)
@@ -544,8 +504,7 @@ class NodeCore:
         self._init_deadlines(model_blob, collect_ticks=collect_ticks, start_tick=start_tick)
         self._init_peer_inputs(model_blob)
         self._init_chain_tail(model_missing=model_missing)
-        self._init_replica(
-            replica_config, replica_restore, headers_for_outsiders=headers_for_outsiders, lazy_outsiders=lazy_outsiders)
+        self._init_replica(replica_config, replica_restore, outsiders)
         self._round = _Round(self._rules.plan(self._state, self._history), self._now)
         if self._lazy and not self._needs_model(self._round.plan):
             self._model = None  # asleep from the start: the block that wakes it brings the model (see _on_commit)
@@ -647,17 +606,16 @@ class NodeCore:
             self._want[self._state.model_digest] = self._now
 
     def _init_replica(
-        self, replica_config: ReplicaConfig | None, replica_restore: bytes | None, *, headers_for_outsiders: bool,
-        lazy_outsiders: bool,
+        self, replica_config: ReplicaConfig | None, replica_restore: bytes | None, outsiders: OutsiderPolicy
     ) -> None:
-        """How this node follows the chain outside its rounds (whole blocks, headers, or asleep: the class
-        docstring's ``headers_for_outsiders`` and ``lazy_outsiders``), and its pBFT replica."""
+        """How this node follows the chain outside its rounds (whole blocks, headers, or asleep: ``outsiders``'
+        ``headers_for_outsiders`` and ``lazy_outsiders``), and its pBFT replica."""
         restore = {} if replica_restore is None else {"restore": replica_restore}
         self._headers = (
-            (headers_for_outsiders or lazy_outsiders) and not self._models_for_all and not self._rules.committee_mode
-            and self._rules.staleness == 0
+            (outsiders.headers_for_outsiders or outsiders.lazy_outsiders) and not self._models_for_all
+            and not self._rules.committee_mode and self._rules.staleness == 0
         )
-        self._lazy = lazy_outsiders and self._headers
+        self._lazy = outsiders.lazy_outsiders and self._headers
         self._certified: OrderedDict[int, tuple[BlockHeader, Certificate]] = OrderedDict()
         """With ``lazy_outsiders``: the decided headers and certificates, to serve a ``header_sync_request``."""
         self._header_sent: OrderedDict[int, bytes] = OrderedDict()  # the decided_header messages signed last, by height
@@ -1544,12 +1502,8 @@ class NodeCore:
                 self._out.append(Transmit(to=p, data=header_data, kind="pbft", detail=KIND_HEADER))
             else:
                 self._out.append(Transmit(to=p, data=block_data, kind="pbft", detail="decided"))
-            if model_data is None:
-                continue
-            if needy is None or p in needy:
+            if model_data is not None and (needy is None or p in needy):
                 self._out.append(Transmit(to=p, data=model_data, kind="model"))
-            else:
-                self._out.append(Withheld(to=p, kind="model"))
         # validators of the next committee that sat outside this one get the block above; the others
         # decided it themselves and have the model from validation.
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import heapq
 import math
 import multiprocessing
 import signal
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -66,12 +68,12 @@ from node.core import (
     EnvelopeDecoder,
     Misbehavior,
     NodeCore,
+    OutsiderPolicy,
     RoundRules,
     Train,
     TrainJob,
     TrainResult,
     Transmit,
-    Withheld,
 )
 from sim._fuzz import ByzantineFuzzer, FuzzSpec
 from learning import RngTree
@@ -88,6 +90,10 @@ _LATENCY_ROWS_KEPT = 256
 """Senders whose row of link latencies stays drawn (see ``Simulation._latency_ms``)."""
 _GC_YOUNG_THRESHOLD = 100_000
 _IDLE_FOREVER = 1 << 61
+_DRAW_KEY = struct.Struct("<QIIQI")  # network seed, link (a, b), send time (µs), index on the link at that time
+_DRAW_WORDS = struct.Struct("<8I")  # a message's draws: drop, duplicate, (jitter, reorder) per copy, two unused
+_DRAW_UNIT = 2.0**-32
+_NO_DRAWS = (0,) * 8  # a network without random faults or jitter draws nothing
 """Idle ticks of a replica with no timer armed (``consensus.Replica.idle_ticks``: about 2^62)."""
 
 
@@ -365,7 +371,7 @@ class Simulation:
         ``fuzz``: members whose outgoing messages a :class:`sim._fuzz.ByzantineFuzzer` tampers with.
         ``executor``: builds the training pool at ``run()`` instead of the local workers (``sim._ray.RayExecutor``).
         ``models_for_all``: every member outside the committee receives every new model, as a node of the
-        network runtime does (``NodeCore(models_for_all=True)``), or (False) only the members with a role in the
+        network runtime does (``OutsiderPolicy(models_for_all=True)``), or (False) only the members with a role in the
         next round; None: the scenario's ``network.model_push``.
         ``threads``: the threads PyTorch's and the BLAS libraries' kernels run on in this process, set here
         (:func:`sim._jobs.limit_threads`, a setting of the whole process: the simulator's small kernels are many
@@ -483,6 +489,11 @@ class Simulation:
         rules = RoundRules(self.genesis, ctx=ctx, public=self.public_eval)
         state0 = genesis_state(ctx)
         theta0_blob = vector_to_blob(self.theta0)  # one copy in every node's blob store (a store keeps the first)
+        outsiders = OutsiderPolicy(  # (the scenario's network.model_push and network.outsiders)
+            models_for_all=models_for_all,
+            headers_for_outsiders=scenario.network.outsiders == "headers",
+            lazy_outsiders=scenario.network.outsiders == "lazy",
+        )
 
         def blob_store() -> MemoryBlobStore:
             store = MemoryBlobStore(caches=self.caches)
@@ -501,9 +512,7 @@ class Simulation:
                 decoder=self._decoder,
                 rules=rules,
                 state=state0,
-                models_for_all=models_for_all,
-                headers_for_outsiders=scenario.network.outsiders == "headers",
-                lazy_outsiders=scenario.network.outsiders == "lazy",
+                outsiders=outsiders,
             )
 
         self.nodes = _Members(self.peers, make)
@@ -520,8 +529,12 @@ class Simulation:
 
     def _init_traffic(self) -> None:
         """The network (links, event queue, virtual clock) and its traffic counters."""
-        self._net_rng = self._rng.child("network").python()
         self._setup_links()
+        net = self.sc.network
+        self._net_random = bool(net.drop or net.duplicate or net.jitter_ms or net.reorder or self._link_drop)
+        self._net_seed = self._rng.child("network").seed64()
+        self._draw_instant = -1
+        self._draw_index: dict[tuple[int, int], int] = {}  # link -> messages it drew for at ``_draw_instant``
         self._queue: list[tuple[int, int, str, Any]] = []
         self._seq = 0
         self._now_us = 0
@@ -731,52 +744,58 @@ class Simulation:
                 return True
         return False
 
-    def _send(self, frm: str, fx: Transmit | Withheld, *, tampered: bool = False) -> None:
-        """Put ``fx`` on the network: count it, apply the faults, draw its latency and queue its delivery.
+    def _draws(self, a: int, b: int) -> tuple[int, ...]:
+        """The network's random draws for the next message on link ``a → b``, 32-bit words (× ``_DRAW_UNIT``:
+        uniform in [0, 1)): drop, duplicate, then jitter and reorder of each copy.
 
-        A :class:`node.core.Withheld` push is not sent (nothing counted, nothing delivered) but takes the
-        network's random draws the message would have taken, in the same place of the one stream every message
-        draws from: cutting the model push to the members outside the next round leaves every other message's
-        latency, and so every ledger, as it was."""
-        withheld = isinstance(fx, Withheld)
-        if self.fuzzer is not None and not tampered and not withheld and frm in self.fuzzer.peers:
+        They are a hash of (scenario seed, link, send time, the message's index among those the link carries at that
+        time), not the next values of one stream every message shares: a message sent or left out on one link moves
+        no other message's draws, and one left out at some time moves no later one on its own link. So a node may
+        leave out a push nobody needs (the model for a member outside the next round) and every ledger stays as it
+        was; nothing has to stand in for the message it did not send. Only the current time's indices are kept
+        (nothing per link over the run: 10,000 members have 10⁸ links)."""
+        if self._now_us != self._draw_instant:
+            self._draw_instant = self._now_us
+            self._draw_index.clear()
+        link = (a, b)
+        i = self._draw_index.get(link, 0)
+        self._draw_index[link] = i + 1
+        return _DRAW_WORDS.unpack(hashlib.sha256(_DRAW_KEY.pack(self._net_seed, a, b, self._now_us, i)).digest())
+
+    def _send(self, frm: str, fx: Transmit, *, tampered: bool = False) -> None:
+        """Put ``fx`` on the network: count it, apply the faults, draw its latency and queue its delivery (the
+        network's random draws: :meth:`_draws`)."""
+        if self.fuzzer is not None and not tampered and frm in self.fuzzer.peers:
             for to, data in self.fuzzer.outgoing(frm, fx.to, fx.data):
                 if to != frm:
                     self._send(frm, Transmit(to=to, data=data, kind=fx.kind), tampered=True)
             return
-        if not withheld:
-            self._count(fx.kind, len(fx.data), fx.detail)
+        self._count(fx.kind, len(fx.data), fx.detail)
         if self._faults and (self._faulty(frm, "drop") or self._faulty(fx.to, "drop")):
-            self.dropped += not withheld
+            self.dropped += 1
             return
         if (self._faults and fx.kind in SKIPPED_KINDS and self._faulty(frm, "skip_primary")
                 and fx.to == self._coordinator_now()):
-            self.dropped += not withheld
+            self.dropped += 1
             return
         a, b = self.index[frm], self.index[fx.to]
         if self._partitions and self._cut(a, b):
-            self.partitioned += not withheld
+            self.partitioned += 1
             return
         net = self.sc.network
-        r = self._net_rng
+        u = self._draws(a, b) if self._net_random else _NO_DRAWS
         drop = self._link_drop.get((a, b), net.drop) if self._link_drop else net.drop
-        if drop and r.random() < drop:
-            self.dropped += not withheld
-            return
-        if withheld:
-            for _ in range(2 if net.duplicate and r.random() < net.duplicate else 1):
-                r.random()  # the jitter
-                if net.reorder:
-                    r.random()
+        if drop and u[0] * _DRAW_UNIT < drop:
+            self.dropped += 1
             return
         data = fx.data
         if self._faults and self._faulty(frm, "equivocate") and b % 2 == 1:
             data = self._equivocate(frm, data)
-        copies = 2 if net.duplicate and r.random() < net.duplicate else 1
+        copies = 2 if net.duplicate and u[1] * _DRAW_UNIT < net.duplicate else 1
         bw = self._link_bw.get((a, b), self._uplink_mbps[a]) if self._link_bw else self._uplink_mbps[a]
-        for _ in range(copies):
-            ms = self._latency_ms(a, b) + net.jitter_ms * r.random() + len(data) * 8 / (bw * 1000.0)
-            if net.reorder and r.random() < net.reorder:
+        for c in range(copies):
+            ms = self._latency_ms(a, b) + net.jitter_ms * u[2 + 2 * c] * _DRAW_UNIT + len(data) * 8 / (bw * 1000.0)
+            if net.reorder and u[3 + 2 * c] * _DRAW_UNIT < net.reorder:
                 ms += net.reorder_ms
             self._push(self._now_us + int(ms * 1000) + (self._delay_us(frm) if self._faults else 0), "deliver", (frm, fx.to, data))
 
@@ -807,7 +826,7 @@ class Simulation:
 
     def _apply(self, peer: str, effects: list[Any]) -> None:
         for fx in effects:
-            if isinstance(fx, (Transmit, Withheld)):
+            if isinstance(fx, Transmit):
                 self._send(peer, fx)
             elif isinstance(fx, Train):
                 self._start_training(peer, fx.job)

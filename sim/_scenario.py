@@ -345,20 +345,21 @@ class NetworkConfig:
     committee, as a node of the network runtime does) or ``"participants"`` (the next round's trainers and
     validators; the others receive the block alone and fetch no model they do not need: ``scale_10k.toml``).
     The same ledger, as long as no member outside the next round misses a model it would have fetched under
-    ``"all"`` (a validator that did not validate the committed proposal, a lost push): a fetch less moves the
-    network's random draws of every later message. The network runtime always pushes to all."""
+    ``"all"`` (a validator that did not validate the committed proposal, a lost push): that fetch is traffic
+    ``"all"`` does not have, and it delays that member. A push left out moves no other message's random draws
+    (``Simulation._draws``). The network runtime always pushes to all."""
     outsiders: str = "blocks"
     """What the proposer sends the members outside the next round of each decided block: ``"blocks"`` (the
     whole block) or ``"headers"`` (its header and commit certificate, about 1 kB instead of one entry per
     update; such a member follows the chain by headers and takes the whole block when it has a role:
-    ``node.NodeCore(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"`` and the
-    coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
+    ``node.core.OutsiderPolicy(headers_for_outsiders=True)``). ``"headers"`` needs ``model_push = "participants"``
+    and the coordinator mode; with a strategy that has a staleness window every member still gets whole blocks (each
     needs the included updates). It does not change the ledger. ``"lazy"``: nothing at all; a member outside
     the round sleeps and follows no block until the block before a round in which it has a role reaches it, then
-    catches up by headers from its sender (``node.NodeCore(lazy_outsiders=True)``), with the same requirements as
-    ``"headers"``. A member outside the round then costs nothing in it. The catch-up takes a few messages more
-    before such a member can train, which can move the network's random draws (another ledger than ``"headers"``
-    for the same seed: still one every run with that seed gives)."""
+    catches up by headers from its sender (``node.core.OutsiderPolicy(lazy_outsiders=True)``), with the same
+    requirements as ``"headers"``. A member outside the round then costs nothing in it. The catch-up takes a few messages more
+    before such a member can train, which can move when it trains (another ledger than ``"headers"`` for the same
+    seed: still one every run with that seed gives)."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.latency_spread <= SPREAD_MAX and 0 <= self.bandwidth_spread <= SPREAD_MAX,

@@ -69,22 +69,29 @@ def test_a_member_outside_the_next_round_gets_the_block_but_no_model_and_the_led
     sc = load_scenario(SCENARIOS / name, rounds=3)
     assert sc.network.model_push == "all"  # the default: every member gets the model
     lean = Simulation(sc, workers=0, models_for_all=False)
-    pushes = {"Transmit": 0, "Withheld": 0}
-    send = lean._send
+    full = Simulation(sc, workers=0, models_for_all=True)
+    pushes = {(run, role): 0 for run in ("lean", "full") for role in (True, False)}  # (run, to a member with a role)
 
-    def watch(frm, fx, *, tampered=False):
-        if fx.kind == "model":
-            # the proposer pushes while committing: its status already shows the next round
-            nxt = lean.nodes[frm].status()
-            has_role = fx.to in nxt.trainers or fx.to in nxt.committee
-            assert has_role == isinstance(fx, Transmit), (type(fx).__name__, fx.to)
-            pushes[type(fx).__name__] += 1
-        send(frm, fx, tampered=tampered)
+    def watch(s, run):
+        send = s._send
 
-    lean._send = watch
-    res = lean.run()
-    full = Simulation(sc, workers=0, models_for_all=True).run()
-    assert pushes["Transmit"] > 0 and pushes["Withheld"] > 0
+        def watched(frm, fx, *, tampered=False):
+            if fx.kind == "model":
+                # the proposer pushes while committing: its status already shows the next round
+                nxt = s.nodes[frm].status()
+                pushes[(run, fx.to in nxt.trainers or fx.to in nxt.committee)] += 1
+            send(frm, fx, tampered=tampered)
+
+        s._send = watched
+
+    watch(lean, "lean")
+    watch(full, "full")
+    res, full_res = lean.run(), full.run()
+    # the lean run pushes to every member with a role, as the full one does, and to no one else; the full run also
+    # pushed to members without a role, the pushes the lean one left out
+    assert pushes[("lean", True)] == pushes[("full", True)] > 0
+    assert pushes[("lean", False)] == 0 < pushes[("full", False)]
+    full = full_res
     # the cut changes no ledger: the same head (so every block), the same decisions round by round
     assert res.head_hash == full.head_hash
     assert [(m.accepted, m.committee, m.view) for m in res.rounds] == [(m.accepted, m.committee, m.view) for m in full.rounds]
