@@ -3,6 +3,16 @@
 node-layer errors only, so importing it stays cheap (no torch).
 """
 
-from node._errors import ConfigFileError, KeyFileError, NodeError, OutputPathError, Terminated, VoteLogError
+from node._errors import (
+    ConfigFileError,
+    KeyFileError,
+    NodeError,
+    OutputPathError,
+    PersistError,
+    Terminated,
+    VoteLogError,
+)
 
-__all__ = ["ConfigFileError", "KeyFileError", "NodeError", "OutputPathError", "Terminated", "VoteLogError"]
+__all__ = [
+    "ConfigFileError", "KeyFileError", "NodeError", "OutputPathError", "PersistError", "Terminated", "VoteLogError",
+]

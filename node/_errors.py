@@ -18,7 +18,9 @@ Each carries the offending path in its message. Ledger-level problems keep their
 
 from __future__ import annotations
 
-__all__ = ["ConfigFileError", "KeyFileError", "NodeError", "OutputPathError", "Terminated", "VoteLogError"]
+__all__ = [
+    "ConfigFileError", "KeyFileError", "NodeError", "OutputPathError", "PersistError", "Terminated", "VoteLogError",
+]
 
 
 class NodeError(Exception):
@@ -35,6 +37,12 @@ class ConfigFileError(NodeError):
 
 class OutputPathError(NodeError):
     """An output path cannot be written as asked; nothing was written."""
+
+
+class PersistError(NodeError):
+    """The node cannot write its data dir (a full disk, a read-only mount, a removed directory): it stops, with
+    this one line naming the path and the reason, whichever task met it. What it had written stays consistent (each
+    write is atomic); started again with room, it resumes from there."""
 
 
 class VoteLogError(NodeError):

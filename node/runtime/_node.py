@@ -64,7 +64,7 @@ from ledger.store import BLOBS_DIR, CHAIN_FILE, FileBlobStore, SqliteBlockStore,
 from consensus import DurableStateError
 from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
 from node._deadlines import read_rate_floor
-from node._errors import ConfigFileError, NodeError
+from node._errors import ConfigFileError, NodeError, PersistError
 from node.config import STATUS_FILE, check_listen, tcp_endpoint, write_file_atomic
 from node.adversary import NodeAdversary
 from node._rounds import RoundHistory, RoundRules
@@ -342,7 +342,9 @@ class NodeRuntime:
         genesis, key, options = self.genesis, self.key, self.options
         self.data_dir.mkdir(parents=True, exist_ok=True)
         chain = load_chain(genesis, self.data_dir, initial_model, public=public, write_later=True)
-        self.store, self.blobs, state, model = chain.store, chain.blobs, chain.state, chain.model
+        self.store, state, model = chain.store, chain.state, chain.model
+        self._fatal: NodeError | None = None  # the error that stops the node (_stop_fatal)
+        self.blobs = _Guarded(chain.blobs, self._stop_fatal)
         self._start_tick = self._wall_tick()
         awaiting = model is None
         self.core = core_factory(
@@ -485,7 +487,14 @@ class NodeRuntime:
         self._batch_ready.set()
 
     async def _executing(self) -> None:
-        """Execute the batches :meth:`_execute` queued, one at a time, in order."""
+        """Execute the batches :meth:`_execute` queued, one at a time, in order. A block or vote that cannot be
+        written stops the node (:meth:`_stop_fatal`): it must not vote beyond what its disk holds."""
+        try:
+            await self._execute_batches()
+        except (OSError, LedgerError, NodeError) as e:
+            self._stop_fatal(e)
+
+    async def _execute_batches(self) -> None:
         while True:
             await self._batch_ready.wait()
             self._batch_ready = trio.Event()
@@ -504,6 +513,25 @@ class NodeRuntime:
                 if record is not None:
                     await trio.to_thread.run_sync(self._votes.save, record)
                 self._dispatch(effects)
+
+    def _stop_fatal(self, error: BaseException) -> NodeError:
+        """The node cannot persist (``error``): log one line, cancel every task, and make :meth:`run` raise a
+        :class:`node.PersistError` (the first such error; what the cancelled tasks meet after it is not reported)."""
+        if isinstance(error, NodeError):
+            fatal = error
+        else:
+            why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            fatal = PersistError(f"{getattr(error, 'filename', None) or self.data_dir}: cannot write: {why}")
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:  # a worker thread (a decided model's write): the task awaiting it stops the node
+            return fatal
+        if self._fatal is None:
+            self._fatal = fatal
+            self.log("fatal", level="error", error=str(fatal))
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel()
+        return self._fatal
 
     def _dispatch(self, effects: Sequence[Any]) -> None:
         """The batch's effects after its blocks and votes are on disk: messages, training jobs, checks, evidence."""
@@ -861,10 +889,26 @@ class NodeRuntime:
         """Run until cancelled (or until ``options.stop_at_height`` is stored, then ``linger_s`` more).
 
         A start that fails before ``started`` (an address it cannot listen on) raises its one error (not an
-        exception group) once the nursery is closed, and leaves the data dir as it found it."""
+        exception group) once the nursery is closed, and leaves the data dir as it found it. A node that cannot
+        write its data dir once running (a full disk) stops and raises one :class:`node.PersistError`, whichever
+        task met it."""
+        trio.lowlevel.add_instrument(self._stalls)
+        try:
+            await self._run(task_status)
+        except BaseException as e:
+            if self._fatal is None or isinstance(e, KeyboardInterrupt):
+                raise
+            # what the cancelled tasks met after the node could not persist (a write that failed in a frame's handler
+            # raised there too): the one error is the first (below)
+        finally:
+            with contextlib.suppress(KeyError):  # (another run of this runtime's loop may have removed it)
+                trio.lowlevel.remove_instrument(self._stalls)
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _run(self, task_status: Any) -> None:
         started = False
         refused: Exception | None = None
-        trio.lowlevel.add_instrument(self._stalls)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -882,8 +926,6 @@ class NodeRuntime:
                     task_status.started()
                     await self._serve(nursery)
         finally:
-            with contextlib.suppress(KeyError):  # (another run of this runtime's loop may have removed it)
-                trio.lowlevel.remove_instrument(self._stalls)
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
             if started:
                 self.store.close()
@@ -1035,3 +1077,29 @@ async def run_node(runtime: NodeRuntime) -> int:
     if refused is not None:
         raise refused
     return stopped[0] if stopped else 0
+
+
+class _Guarded:
+    """The node's blob store, as the core and the runtime write it: a write that fails for want of room or rights
+    (``OSError``) stops the node (``on_error``, :meth:`NodeRuntime._stop_fatal`) and raises the node's one error, in
+    whatever task met it (a frame's handler, a fetch, a worker thread)."""
+
+    def __init__(self, store: FileBlobStore, on_error: Callable[[BaseException], NodeError]) -> None:
+        self._store = store
+        self._on_error = on_error
+
+    def put(self, data: bytes) -> bytes:
+        try:
+            return self._store.put(data)
+        except OSError as e:
+            raise self._on_error(e) from None
+
+    def put_many(self, blobs: list[bytes]) -> list[bytes]:
+        try:
+            return self._store.put_many(blobs)
+        except OSError as e:
+            raise self._on_error(e) from None
+
+    def __getattr__(self, name: str) -> Any:  # get, has, discard, root, ...: as the store's
+        return getattr(self._store, name)
+
