@@ -58,9 +58,17 @@ import numpy as np
 import trio
 
 from ledger import (
-    Block, Caches, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256,
+    BlobError, Block, Caches, ChainContext, ChainState, Genesis, KeyPair, LedgerError, apply_block, genesis_state, sha256,
 )
-from ledger.store import BLOBS_DIR, CHAIN_FILE, FileBlobStore, SqliteBlockStore, StoreError, create_ledger
+from ledger.store import (
+    BLOB_BYTES_MAX,
+    BLOBS_DIR,
+    CHAIN_FILE,
+    FileBlobStore,
+    SqliteBlockStore,
+    StoreError,
+    create_ledger,
+)
 from consensus import DurableStateError
 from learning import LearningError, PublicEval, blob_to_vector, vector_to_blob
 from node._deadlines import read_rate_floor
@@ -344,7 +352,7 @@ class NodeRuntime:
         chain = load_chain(genesis, self.data_dir, initial_model, public=public, write_later=True)
         self.store, state, model = chain.store, chain.state, chain.model
         self._fatal: NodeError | None = None  # the error that stops the node (_stop_fatal)
-        self.blobs = _Guarded(chain.blobs, self._stop_fatal)
+        self.blobs = _Blobs(chain.blobs, chain.ctx.caches.sha256, self._stop_fatal)
         self._start_tick = self._wall_tick()
         awaiting = model is None
         self.core = core_factory(
@@ -522,9 +530,7 @@ class NodeRuntime:
         else:
             why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
             fatal = PersistError(f"{getattr(error, 'filename', None) or self.data_dir}: cannot write: {why}")
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:  # a worker thread (a decided model's write): the task awaiting it stops the node
+        if not _on_trio_thread():  # a worker thread (a decided model's write): the task awaiting it stops the node
             return fatal
         if self._fatal is None:
             self._fatal = fatal
@@ -823,6 +829,7 @@ class NodeRuntime:
             "scrub": dict(self.scrubs),
             "loop": self._stalls.figures(),
             "checks": {"run": self.checks_run, "longest_ms": round(self.check_longest_s * 1000, 1)},
+            "blobs_pending": self.blobs.pending,  # held in memory until the writer thread has them on disk
             **({"local_eval": dict(self.local_eval)} if self.local_eval is not None else {}),
             **({"adversary": dict(self.adversary.counts)} if self.adversary is not None else {}),
             "net": {
@@ -913,6 +920,7 @@ class NodeRuntime:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._executing)
+                nursery.start_soon(self.blobs.writing)
                 if self.options.http is not None:
                     self.log("http", url=await nursery.start(self._serve_http))
                 await nursery.start(self.transport.run)
@@ -928,6 +936,8 @@ class NodeRuntime:
         finally:
             self.log("stopped", height=self.store.height(), status=self.status() if hasattr(self, "core") else {})
             if started:
+                if self._fatal is None:
+                    self.blobs.write_rest()
                 self.store.close()
             else:
                 self._abandon()  # (e.g. an address in use, or stopped before it listened)
@@ -1079,27 +1089,89 @@ async def run_node(runtime: NodeRuntime) -> int:
     return stopped[0] if stopped else 0
 
 
-class _Guarded:
-    """The node's blob store, as the core and the runtime write it: a write that fails for want of room or rights
-    (``OSError``) stops the node (``on_error``, :meth:`NodeRuntime._stop_fatal`) and raises the node's one error, in
-    whatever task met it (a frame's handler, a fetch, a worker thread)."""
+class _Blobs:
+    """The node's blob store as the core and the runtime use it.
 
-    def __init__(self, store: FileBlobStore, on_error: Callable[[BaseException], NodeError]) -> None:
+    * **Written behind.** A blob put on the event loop (an update received or trained, a model validated, a strategy
+      state) is held in memory and written by a worker thread (:meth:`writing`: file, fsync, rename, as
+      :meth:`ledger.store.FileBlobStore.put`), so that no 45 MB write holds the loop; :meth:`has` and :meth:`get` see
+      it at once. A put from a worker thread writes through. On a clean stop the rest is written (:meth:`write_rest`);
+      a crash may lose the last ones, as it may lose a blob that was on its way: the scrub at the next start fetches
+      them from peers (nothing the ledger or the vote log holds depends on them being on disk first).
+    * **Guarded.** A write that fails for want of room or rights (``OSError``) stops the node (``on_error``,
+      :meth:`NodeRuntime._stop_fatal`) and raises the node's one error, in whatever task met it.
+    """
+
+    def __init__(self, store: FileBlobStore, sha256: Callable[[bytes], bytes],
+                 on_error: Callable[[BaseException], NodeError]) -> None:
         self._store = store
+        self._sha256 = sha256
         self._on_error = on_error
+        self._pending: dict[bytes, bytes] = {}  # digest -> blob not on disk yet (in put order)
+        self._ready: trio.Event | None = None  # while writing() runs
 
     def put(self, data: bytes) -> bytes:
-        try:
-            return self._store.put(data)
-        except OSError as e:
-            raise self._on_error(e) from None
+        if self._ready is None or not _on_trio_thread():
+            try:
+                return self._store.put(data)
+            except OSError as e:
+                raise self._on_error(e) from None
+        if len(data) > BLOB_BYTES_MAX:
+            raise BlobError(f"blob of {len(data)} bytes exceeds {BLOB_BYTES_MAX}")
+        digest = self._sha256(data)
+        if digest not in self._pending and not self._store.has(digest):
+            self._pending[digest] = data
+            self._ready.set()
+        return digest
 
-    def put_many(self, blobs: list[bytes]) -> list[bytes]:
-        try:
-            return self._store.put_many(blobs)
-        except OSError as e:
-            raise self._on_error(e) from None
+    def has(self, digest: bytes) -> bool:
+        return digest in self._pending or self._store.has(digest)
 
-    def __getattr__(self, name: str) -> Any:  # get, has, discard, root, ...: as the store's
+    def get(self, digest: bytes) -> bytes:
+        data = self._pending.get(digest)
+        return data if data is not None else self._store.get(digest)
+
+    def discard(self, digest: bytes) -> None:
+        self._pending.pop(digest, None)
+        self._store.discard(digest)
+
+    @property
+    def pending(self) -> int:
+        """Blobs held in memory, not on disk yet."""
+        return len(self._pending)
+
+    async def writing(self) -> None:
+        """Write the blobs put on the loop, oldest first, in a worker thread (a task of the node's nursery)."""
+        self._ready = trio.Event()
+        try:
+            while True:
+                await self._ready.wait()
+                self._ready = trio.Event()
+                while self._pending:
+                    digest, data = next(iter(self._pending.items()))
+                    try:
+                        await trio.to_thread.run_sync(self._store.put, data)
+                    except OSError as e:
+                        raise self._on_error(e) from None
+                    if self._pending.get(digest) is data:
+                        del self._pending[digest]
+        finally:
+            self._ready = None
+
+    def write_rest(self) -> None:
+        """Write what is still held (a clean stop: the loop is done, so it may wait on the disk)."""
+        while self._pending:
+            digest, data = next(iter(self._pending.items()))
+            self._store.put(data)
+            self._pending.pop(digest, None)
+
+    def __getattr__(self, name: str) -> Any:  # root, put_many, ...: as the store's
         return getattr(self._store, name)
 
+
+def _on_trio_thread() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
