@@ -102,7 +102,7 @@ from ledger import (
     update_sign_bytes,
 )
 from ledger.store import MemoryBlobStore
-from learning import ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
+from learning import AggregateResult, ClientUpdate, InvalidUpdateError, PublicEval, distance_row, vector_to_blob
 from node._deadlines import RoundDeadlines
 from node._outsiders import OutsiderPolicy
 from node._rounds import (
@@ -252,9 +252,10 @@ class Check:
     height: int
     block_hash: bytes
     purpose: str
-    """``"verdict"`` (the replica asked: ``RequestVerdict``) or ``"evidence"`` (a refused proposal judged again)."""
-    run: Callable[[], Checked]
-    then: Callable[[Checked], None]
+    """``"verdict"`` (the replica asked: ``RequestVerdict``), ``"evidence"`` (a refused proposal judged again) or
+    ``"proposal"`` (this node's own proposal: the round's aggregation; ``block_hash`` then names the view)."""
+    run: Callable[[], Any]
+    then: Callable[[Any], None]
 
 
 NodeEffect = Transmit | Train | Decided | Misbehavior | Check
@@ -1005,22 +1006,26 @@ class NodeCore:
             if not self._state.model_digest:
                 return  # (followed by header: it cannot build it; the view times out to the next primary)
             self._proposed_state = self._algo_state
-            built: tuple[Payload, np.ndarray, bytes] | None = (
-                self._rules.skip_payload(self._state, view), self._model, vector_to_blob(self._model))
+            built = (self._rules.skip_payload(self._state, view), self._model, vector_to_blob(self._model))
         elif self._rules.committee_mode:
             assert self._rules.cmfl is not None
             if len(r.rows) < self._rules.cmfl.rows_min:
                 return
             if len(r.rows) < len(r.plan.committee) and not ready_early:
                 return
-            built = self._build_committee_payload()
+            self._build_committee_payload(view)
+            return
         else:
             fresh = sum(1 for _, rnd in r.updates if rnd == r.plan.height)
             if fresh < len(r.plan.trainers) and not ready_early:
                 return
-            built = self._build_coordinator_payload()
-        if built is None:
+            self._build_coordinator_payload(view)
             return
+        self._propose_built(view, built)
+
+    def _propose_built(self, view: int, built: tuple[Payload, np.ndarray, bytes]) -> None:
+        """Propose the payload built for ``view`` of this round (as the node's behaviour has it)."""
+        r = self._round
         payload, model, model_blob = self._behavior.proposal(*built)
         self._blobs.put(model_blob)
         self._remember_validated(payload.model_digest, model, model_blob, self._proposed_state)
@@ -1052,7 +1057,7 @@ class NodeCore:
     def _pending_evidence(self, height: int) -> tuple[Evidence, ...]:
         return tuple(e for e in self._evidence.values() if e.height <= height)[:EVIDENCE_PER_BLOCK_MAX]
 
-    def _build_committee_payload(self) -> tuple[Payload, np.ndarray, bytes] | None:
+    def _build_committee_payload(self, view: int) -> None:
         r = self._round
         assert self._rules.cmfl is not None and self._model is not None
         chosen = self._behavior.score_rows(dict(r.rows))
@@ -1065,44 +1070,75 @@ class NodeCore:
             held = r.updates.get((k, r.plan.height))
             if held is None or held[0].digest != c.digest:
                 self._want_blob(c.digest)
-                return None  # fetch the accepted update first
+                return  # fetch the accepted update first
             included.append((c, held[1]))
         for a, b in decision.equivocations:
             self._add_evidence(update_equivocation_evidence(a, b))
-        result = self._rules.aggregate(self._state, r.plan, self._model, included)
-        blob = vector_to_blob(result.model)
-        self._proposed_state = None
-        payload = Payload(
-            updates=tuple(c for c, _ in sorted(included, key=lambda cu: cu[0].peer)),
-            model_digest=self._ctx.caches.sha256(blob),
-            next_committee=decision.next_committee,
-            record=cmfl_record(decision, training=r.plan.trainers, params=self._rules.cmfl),
-            attestations=tuple(rows),
-            evidence=self._pending_evidence(r.plan.height),
-        )
-        return payload, result.model, blob
+        state, plan, model, rules, cmfl = self._state, r.plan, self._model, self._rules, self._rules.cmfl
 
-    def _build_coordinator_payload(self) -> tuple[Payload, np.ndarray, bytes]:
+        def finish(result: AggregateResult, blob: bytes, digest: bytes) -> tuple[Payload, np.ndarray, bytes]:
+            self._proposed_state = None
+            payload = Payload(
+                updates=tuple(c for c, _ in sorted(included, key=lambda cu: cu[0].peer)),
+                model_digest=digest,
+                next_committee=decision.next_committee,
+                record=cmfl_record(decision, training=r.plan.trainers, params=cmfl),
+                attestations=tuple(rows),
+                evidence=self._pending_evidence(r.plan.height),
+            )
+            return payload, result.model, blob
+
+        self._build(view, lambda: rules.aggregate(state, plan, model, included), finish)
+
+    def _build_coordinator_payload(self, view: int) -> None:
         r = self._round
         assert self._model is not None
         included = [r.updates[k] for k in sorted(r.updates)]
-        result = self._rules.aggregate(
-            self._state, r.plan, self._model, included, algo_state=self._algo_state, history=self._history
-        )
-        blob = vector_to_blob(result.model)
-        state_digest = None
-        self._proposed_state = result.state
-        if result.state is not None:
-            state_digest = self._blobs.put(result.state)
-        payload = Payload(
-            updates=tuple(c for c, _ in included),
-            model_digest=self._ctx.caches.sha256(blob),
-            next_committee=self._rules.next_committee_coordinator(self._state),
-            record=self._rules.coordinator_record(r.plan, result),
-            state_digest=state_digest,
-            evidence=self._pending_evidence(r.plan.height),
-        )
-        return payload, result.model, blob
+        state, plan, model, algo_state = self._state, r.plan, self._model, self._algo_state
+        history = self._history.snapshot() if self._offload_checks else self._history
+        rules = self._rules
+
+        def finish(result: AggregateResult, blob: bytes, digest: bytes) -> tuple[Payload, np.ndarray, bytes]:
+            state_digest = None
+            self._proposed_state = result.state
+            if result.state is not None:
+                state_digest = self._blobs.put(result.state)
+            payload = Payload(
+                updates=tuple(c for c, _ in included),
+                model_digest=digest,
+                next_committee=self._rules.next_committee_coordinator(self._state),
+                record=self._rules.coordinator_record(r.plan, result),
+                state_digest=state_digest,
+                evidence=self._pending_evidence(r.plan.height),
+            )
+            return payload, result.model, blob
+
+        self._build(view, lambda: rules.aggregate(state, plan, model, included, algo_state=algo_state, history=history),
+                    finish)
+
+    def _build(self, view: int, aggregate: Callable[[], AggregateResult],
+               finish: Callable[[AggregateResult, bytes, bytes], tuple[Payload, np.ndarray, bytes]]) -> None:
+        """Aggregate this round's updates for the proposal of ``view`` (with ``offload_checks``, in the host: a
+        :class:`Check`, as a validator's re-execution), then propose what ``finish`` builds from the new model."""
+        r = self._round
+        caches = self._ctx.caches
+
+        def run() -> tuple[AggregateResult, bytes, bytes]:
+            result = aggregate()
+            blob = vector_to_blob(result.model)
+            return result, blob, caches.sha256(blob)
+
+        def then(out: tuple[AggregateResult, bytes, bytes]) -> None:
+            if self._round is r and view not in r.proposed_views:
+                self._propose_built(view, finish(*out))
+
+        if not self._offload_checks:
+            then(run())
+            return
+        key = ("proposal", bytes(8) + view.to_bytes(8, "big"))
+        if key not in self._checking:
+            self._checking.add(key)
+            self._out.append(Check(height=r.plan.height, block_hash=key[1], purpose=key[0], run=run, then=then))
 
     # --- validation: the replica's RequestVerdict --------------------------------------------------
 
