@@ -52,7 +52,7 @@ from ledger._crypto import (
     sign_bytes,
     verify_signature,
 )
-from ledger._encoding import Budget, Record, decode, encode, freeze, record, remembered, scan
+from ledger._encoding import Budget, Record, decode, encode, encode_large, freeze, record, remembered, scan
 from ledger._errors import (
     CorruptStoreError,
     BlobError,
@@ -171,6 +171,7 @@ __all__ = [
     "decode",
     "decode_block",
     "encode",
+    "encode_large",
     "freeze",
     "genesis_committee",
     "genesis_state",

@@ -61,6 +61,7 @@ __all__ = [
     "decode",
     "decode_record",
     "encode",
+    "encode_large",
     "encode_record",
     "freeze",
     "record",
@@ -118,6 +119,58 @@ def encode(value: Value) -> bytes:
     the caller (our own data), not a peer fault, so it is not a ``LedgerError``.
     """
     return msgpack.packb(_canonical(value, 0), use_bin_type=True, use_single_float=False)
+
+
+LARGE_BYTES = 1 << 20
+"""Byte strings from this size on are copied once by :func:`encode_large` (a bin32 field: at least 65,536 bytes)."""
+
+
+def encode_large(value: Value | Record) -> bytes:
+    """:func:`encode` of ``value`` (or ``value.encode()`` of a record): the same bytes, made with each byte string of
+    at least :data:`LARGE_BYTES` copied once instead of about three times (msgpack grows its buffer by doubling and
+    copies it out). For an envelope carrying a 45 MB update or model, which a node encodes on its event loop: 85 ms
+    there becomes about 20.
+
+    How: the value is packed with each large byte string replaced by a 16-byte marker, and the marker's bin8 field
+    is then replaced by the string's bin32 field; a marker found other than exactly once (it would have to occur in
+    the rest of the value by chance) falls back to packing the whole value."""
+    tree = value._to_canonical(0) if isinstance(value, Record) else _canonical(value, 0)
+    large: list[bytes] = []
+
+    def swap(v: Value) -> Value:
+        t = type(v)
+        if t is bytes:
+            if len(v) < LARGE_BYTES or len(v) >= 1 << 32:
+                return v
+            large.append(v)
+            return _MARKER + (len(large) - 1).to_bytes(4, "big")
+        if t is list or t is tuple:
+            return [swap(x) for x in v]
+        if t is dict:
+            return {k: swap(x) for k, x in v.items()}
+        return v
+
+    small = swap(tree)
+    if not large:
+        return msgpack.packb(tree, use_bin_type=True, use_single_float=False)  # type: ignore[no-any-return]
+    out: bytes = msgpack.packb(small, use_bin_type=True, use_single_float=False)
+    found = []
+    for i, blob in enumerate(large):
+        field = b"\xc4\x10" + _MARKER + i.to_bytes(4, "big")
+        at = out.find(field)
+        if at < 0 or out.find(field, at + 1) >= 0:
+            return msgpack.packb(tree, use_bin_type=True, use_single_float=False)  # type: ignore[no-any-return]
+        found.append((at, blob, len(field)))
+    pieces: list[bytes] = []
+    pos = 0
+    for at, blob, width in sorted(found, key=lambda f: f[0]):
+        pieces += (out[pos:at], b"\xc6", len(blob).to_bytes(4, "big"), blob)
+        pos = at + width
+    pieces.append(out[pos:])
+    return b"".join(pieces)
+
+
+_MARKER = b"\x00concilium\xff\xfe"  # (12 bytes, and a 4-byte index: 16)
 
 
 def _check_decoded(value: Value, depth: int) -> None:

@@ -42,8 +42,8 @@ class OutsiderPolicy:
     wakes a client may be lost: the primary of its round sends it again once, half way to the collect deadline, to
     the clients it has no update from (``NodeCore._maybe_nudge``). A client sleeps again once its update is sent
     (``Replica.rest``: it does not fetch the block that ends its round). Each node keeps the last
-    ``node.core.HEADERS_KEPT`` decided headers to serve others. A host may call ``NodeCore.shed`` when such a member
-    sleeps (the simulator does): it then keeps its head's model at most.
+    ``node.core.HEADERS_KEPT`` decided headers to serve others (and, with :attr:`shed_asleep`, its head's model at
+    most while it sleeps).
 
     A departure from the plain sync (fetch the missing blocks and blobs), for the simulator's many members (a member
     that follows every block costs members × rounds in all): a lazy member fetches the missing heights' headers,
@@ -52,3 +52,12 @@ class OutsiderPolicy:
     further: it skips to the last header of each epoch (``consensus.Replica(committee_epoch=E)``), trusting the
     epoch's committee's certificate for the heights between, as a CometBFT light client's skipping verification
     does; the audit (``ledger verify``) still checks every block."""
+
+    shed_asleep: bool = False
+    """With ``lazy_outsiders``, for a blob store with ``retain(keep)`` (the simulator's in-memory one): a member that
+    an input (a tick, a message, a finished job) leaves asleep with nothing to do (no role left at its height, no
+    evidence, nothing wanted, not catching up, its next ticks idle) drops what it holds for the rounds it took part
+    in: the updates and older models in its store and the models it validated, all but its head's model and strategy
+    state (``NodeCore._shed``). The block that wakes it for a later round brings the model it needs then, so a member
+    asleep holds one model at most, however many rounds it once took part in: the simulator's 10,000 members fit in
+    memory. Ignored where ``lazy_outsiders`` does not apply. The ledger is the same."""

@@ -95,6 +95,7 @@ from ledger import (
     check_evidence,
     block_time_window,
     encode,
+    encode_large,
     genesis_state,
     make_header,
     primary,
@@ -187,10 +188,17 @@ class TrainJob:
 
 @dataclass(frozen=True, slots=True)
 class TrainResult:
-    """A finished local job: ``delta = θ_local − θ_global`` (float32) and the samples it used."""
+    """A finished local job: ``delta = θ_local − θ_global`` (float32) and the samples it used.
+
+    ``blob``: ``delta``'s blob (``learning.vector_to_blob(delta)``) if the host made it already, off its event loop
+    (the network runtime does, in the training thread, and hashes it there into the blob store's digest memo, so
+    that handing a 45 MB update to the core costs no encoding or hashing on the loop); None: the core encodes it.
+    The core trusts it to be exactly that encoding: it is the host's own training, and a wrong blob only makes its
+    update refused by the validators (its signed digest is the blob's)."""
 
     delta: np.ndarray
     n_samples: int
+    blob: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -342,7 +350,7 @@ class _HeldBlobs(Mapping[bytes, bytes]):
         self._held: dict[bytes, bytes] | None = None
 
     def materialize(self) -> None:
-        """Look the blobs up now (before the store forgets them: :meth:`NodeCore.shed`)."""
+        """Look the blobs up now (before the store forgets them: :meth:`NodeCore._shed`)."""
         self._get()
 
     def _get(self) -> dict[bytes, bytes]:
@@ -617,6 +625,7 @@ class NodeCore:
             and not self._rules.committee_mode and self._rules.staleness == 0
         )
         self._lazy = outsiders.lazy_outsiders and self._headers
+        self._shed_asleep = outsiders.shed_asleep and self._lazy
         self._certified: OrderedDict[int, tuple[BlockHeader, Certificate]] = OrderedDict()
         """With ``lazy_outsiders``: the decided headers and certificates, to serve a ``header_sync_request``."""
         self._header_sent: OrderedDict[int, bytes] = OrderedDict()  # the decided_header messages signed last, by height
@@ -683,7 +692,7 @@ class NodeCore:
         self._progress()
         if self._want and self._now % WANT_RETRY_TICKS == 0:
             self._ask_wanted()
-        return self._flush()
+        return self._settle(self._flush())
 
     def idle_ticks(self) -> int:
         """How many of the next ticks certainly do nothing but count (0: the next may act). A member outside the
@@ -693,12 +702,21 @@ class NodeCore:
         ticks (:meth:`skip_ticks`), so that a member outside the round costs nothing between its messages."""
         return 0 if self._may_act_on_tick() else self._replica.idle_ticks()
 
-    def dormant(self) -> bool:
+    def _settle(self, fx: list[NodeEffect]) -> list[NodeEffect]:
+        """The end of an input (a tick, a message, a finished training job), its effects ``fx`` already taken out:
+        with ``OutsiderPolicy.shed_asleep``, a member whose next ticks do nothing (:meth:`idle_ticks`) and that is
+        :meth:`_dormant` drops what it holds for past rounds (:meth:`_shed`). Returns ``fx``."""
+        if self._shed_asleep and self.idle_ticks() > 0:
+            self._shed()
+        return fx
+
+    def _dormant(self) -> bool:
         """With ``lazy_outsiders``: has this member nothing to do until a message wakes it? No role left at its
         height (:meth:`_role_left`: a client that sent its update has none), no evidence held, nothing wanted,
         nothing to propose, and a strategy without stale updates (whose later validators need old base models),
         and not catching up (the block that woke it, and its model, are held
-        until the headers before them arrive). Such a member may :meth:`shed` what it holds."""
+        until the headers before them arrive). Such a member rests its replica (a client done with its round) and,
+        under ``OutsiderPolicy.shed_asleep``, sheds what it holds (:meth:`_shed`)."""
         return (
             self._lazy
             and not self._archive
@@ -719,8 +737,8 @@ class NodeCore:
             return False
         return self._me in plan.committee or self._me in plan.references or not self._round.uploaded
 
-    def shed(self) -> int:
-        """Drop what a :meth:`dormant` member holds for rounds it took part in: the blobs in its store (updates,
+    def _shed(self) -> int:
+        """Drop what a :meth:`_dormant` member holds for rounds it took part in: the blobs in its store (updates,
         older models and strategy states: a store with ``retain()``, the simulator's in-memory one) and the models
         it validated, all but its head's model and strategy state (which the members of the next round may still
         ask it for). The block that wakes it for a later round brings the model it needs then, so a member asleep
@@ -728,7 +746,7 @@ class NodeCore:
         ``Decided.blobs`` it handed out are read first, so a host that reads them later still finds them. Returns
         the blobs dropped; 0 (and nothing done) unless dormant."""
         retain = getattr(self._blobs, "retain", None)
-        if retain is None or not self.dormant():
+        if retain is None or not self._dormant():
             return 0
         for held in self._held_out:
             held.materialize()
@@ -776,19 +794,19 @@ class NodeCore:
         if job.fl_round != h and not (
             job.purpose == PURPOSE_UPDATE and self._stale_ok(self._me, job.fl_round, h)
         ):
-            return self._flush()  # stale: the chain moved on while we trained
+            return self._settle(self._flush())  # stale: the chain moved on while we trained
         dim = self._upload_dim if job.purpose == PURPOSE_UPDATE else self._dim
         delta = np.ascontiguousarray(result.delta, dtype=np.float32)
         if delta.shape != (dim,) or not np.isfinite(delta).all():
             raise ValueError(f"local training produced a bad upload (shape {delta.shape}, want ({dim},), "
                              f"finite={np.isfinite(delta).all()})")
-        blob = vector_to_blob(delta)
+        blob = result.blob if result.blob is not None else vector_to_blob(delta)
         digest = self._blobs.put(blob)
         if job.purpose == PURPOSE_REFERENCE:
             r.reference, r.reference_digest = delta, digest
         else:
             c = sign_update(self._key, self._ctx.chain_id, job.fl_round, digest, int(result.n_samples))
-            data = Envelope(update=UpdatePacket(commitment=c, blob=blob)).encode()
+            data = encode_large(Envelope(update=UpdatePacket(commitment=c, blob=blob)))  # (the blob copied once)
             for p in r.plan.committee:
                 if p == self._me:
                     r.updates[(p, job.fl_round)] = (c, delta)  # a validator that also trains holds its own update
@@ -799,9 +817,9 @@ class NodeCore:
                 r.uploaded = True
         self._progress()
         fx = self._flush()
-        if self._round.uploaded and self.dormant():
+        if self._round.uploaded and self._dormant():
             self._replica.rest()  # a lazy client done with its round sleeps now, not at the block that ends it
-        return fx
+        return self._settle(fx)
 
     def _stale_ok(self, peer: str, fl_round: int, height: int) -> bool:
         """May ``peer``'s update of the earlier round ``fl_round`` still go into height ``height``?"""
@@ -814,7 +832,7 @@ class NodeCore:
         """Bytes from ``sender`` (the transport-authenticated peer id). Never raises on bad input."""
         if sender not in self._ctx.members or sender == self._me:
             self._dropped["non-member"] += 1
-            return self._flush()
+            return self._settle(self._flush())
         try:
             env = self._decoder.decode(data)
         except LedgerError:
@@ -826,10 +844,10 @@ class NodeCore:
         event loop: the runtime does for large frames); ``env`` None: they did not decode (counted as malformed)."""
         if sender not in self._ctx.members or sender == self._me:
             self._dropped["non-member"] += 1
-            return self._flush()
+            return self._settle(self._flush())
         if env is None:
             self._dropped["malformed"] += 1
-            return self._flush()
+            return self._settle(self._flush())
         try:
             if env.update is not None:
                 self._on_update(sender, env.update)
@@ -848,7 +866,7 @@ class NodeCore:
         except (RemoteProtocolError, LedgerError, InvalidUpdateError) as e:
             self._dropped[type(e).__name__] += 1
         self._progress()
-        return self._flush()
+        return self._settle(self._flush())
 
     def status(self) -> NodeStatus:
         r = self._round
@@ -1491,7 +1509,7 @@ class NodeCore:
         state_blob = None if sd is None else self._blob(sd)
         if state_blob is not None:
             pushed.append(state_blob)
-        model_data = Envelope(blobs=tuple(pushed)).encode() if pushed else None
+        model_data = encode_large(Envelope(blobs=tuple(pushed))) if pushed else None
         return block_data, model_data
 
     def _maybe_nudge(self) -> None:
@@ -1813,7 +1831,7 @@ class NodeCore:
     def _on_want(self, sender: str, digests: Sequence[bytes]) -> None:
         have = [b for b in (self._servable(d) for d in digests[:BLOBS_PER_MESSAGE_MAX]) if b is not None]
         if have:
-            self._out.append(Transmit(to=sender, data=Envelope(blobs=tuple(have)).encode(), kind="blobs"))
+            self._out.append(Transmit(to=sender, data=encode_large(Envelope(blobs=tuple(have))), kind="blobs"))
 
     def _on_blobs(self, sender: str, blobs: Sequence[bytes]) -> None:
         for blob in blobs:

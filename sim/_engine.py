@@ -238,11 +238,11 @@ class _Members(Mapping[str, NodeCore]):
     """Every member's node core by peer id, each made when first asked for (``make(pid)``).
 
     A member in ``deferred`` is one whose node would do nothing from the genesis until a message wakes it: a
-    lazy member (``NodeCore.lazy``) with no role at height 1 (``NodeCore.dormant``), and not on the committee
+    lazy member (``NodeCore.lazy``) with no role at height 1, and not on the committee
     re-drawn for height 1 (whose re-draw timer it keeps: ``consensus.Replica``). Its node is made at its first
     input, in the very state it would have slept in since the start (the genesis; :meth:`_Sleepers.wake` then skips
     its clock to the ticks so far), so making it late changes no outcome; it is checked where it is made
-    (``start()`` gives no effect and the node is dormant) and refused otherwise. A member that never gets a role
+    (``start()`` gives no effect and its next ticks are idle forever: no timer, nothing wanted) and refused otherwise. A member that never gets a role
     never costs a node, so a run's memory grows with the members that take part, not with the
     members. Iterating makes every node (tests that look at all of them); :meth:`made` does not."""
 
@@ -263,7 +263,7 @@ class _Members(Mapping[str, NodeCore]):
             node = self._made[pid] = self._make(pid)
             if pid in self.deferred:
                 fx = node.start()
-                if fx or not node.dormant() or node.idle_ticks() < _IDLE_FOREVER:
+                if fx or node.idle_ticks() < _IDLE_FOREVER:
                     raise LocalProtocolError(f"member {pid} was deferred but acts at the genesis or on a timer "
                                              f"({node.idle_ticks()} idle ticks): {fx!r:.200}")
         return node
@@ -334,8 +334,7 @@ class _Sleepers:
             return
         node = self._nodes[pid]
         idle = node.idle_ticks()
-        if idle > 0:
-            node.shed()  # a dormant lazy member (NodeCore.dormant) drops the blobs of its past rounds
+        if idle > 0:  # (a lazy member asleep has shed its past rounds' blobs: OutsiderPolicy.shed_asleep)
             due = self._ticks + idle + 1
             self._asleep[pid] = (self._ticks, due)
             self._awake.discard(pid)
@@ -493,6 +492,8 @@ class Simulation:
             models_for_all=models_for_all,
             headers_for_outsiders=scenario.network.outsiders == "headers",
             lazy_outsiders=scenario.network.outsiders == "lazy",
+            # a member asleep sheds its past rounds' blobs (not under a fault plan, where no member sleeps: _loop)
+            shed_asleep=not self.fault_plan,
         )
 
         def blob_store() -> MemoryBlobStore:

@@ -62,7 +62,7 @@ from types import MappingProxyType
 from typing import Any
 
 from consensus import BYZANTINE_FRACTION_DEFAULT, RISK_BUDGET_DEFAULT
-from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, TIME_MS_MAX, Timeouts, time_drift_ms_of
+from ledger import MEMBERS_MAX, MODES, QUORUM_RULES, Timeouts, time_drift_ms_of
 from node import ConfigFileError
 from node.config import DEVICE_PATTERN, FaultConfig, load_toml, record_from_toml
 

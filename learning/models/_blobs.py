@@ -35,7 +35,7 @@ def vector_to_blob(vector: np.ndarray) -> bytes:
     v = np.ascontiguousarray(vector, dtype="<f4")
     if v.ndim != 1:
         raise ValueError(f"expected a 1-D vector, got shape {v.shape}")
-    return _prefix(v.shape[0]) + v.tobytes()
+    return b"".join((_prefix(v.shape[0]), v.data))  # (one copy of the data, where `+ v.tobytes()` makes two)
 
 
 def blob_digest(blob: bytes) -> bytes:

@@ -42,7 +42,6 @@ one matrix product plus ``O(n²)`` (or ``O(n²)`` per iteration) work, and a sin
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol, TypeVar, runtime_checkable

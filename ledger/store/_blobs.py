@@ -195,7 +195,7 @@ class MemoryBlobStore:
         return data
 
     def retain(self, keep: Collection[bytes]) -> int:
-        """Forget every blob but those in ``keep`` (a simulated member that sleeps: ``node.NodeCore.shed``);
+        """Forget every blob but those in ``keep`` (a simulated member that sleeps: ``node.OutsiderPolicy.shed_asleep``);
         returns how many were forgotten."""
         drop = [d for d in self._blobs if d not in keep]
         for d in drop:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -352,6 +353,7 @@ class NodeRuntime:
         chain = load_chain(genesis, self.data_dir, initial_model, public=public, write_later=True)
         self.store, state, model = chain.store, chain.state, chain.model
         self._fatal: NodeError | None = None  # the error that stops the node (_stop_fatal)
+        self._status_lock = trio.Lock()  # (status.json: one write at a time, _write_status)
         self.blobs = _Blobs(chain.blobs, chain.ctx.caches.sha256, self._stop_fatal)
         self._start_tick = self._wall_tick()
         awaiting = model is None
@@ -727,9 +729,19 @@ class NodeRuntime:
 
     async def _on_large_frame(self, sender: str, data: bytes) -> None:
         async with self._decode_slots:
-            decoded = await trio.to_thread.run_sync(_decode, data)
+            decoded = await trio.to_thread.run_sync(self._decode_and_hash, data)
         del data  # the frame goes (a blob's bytes live on in the envelope) before the core handles it
         self._deliver(sender, *decoded)
+
+    def _decode_and_hash(self, data: bytes) -> tuple[Envelope | None, str]:
+        """In a worker thread: :func:`_decode`, then the digests of the blobs it carries, remembered by the hash memo
+        (:meth:`_Blobs.digest`), so that the core's check of a 45 MB update against its digest, and its store, are a
+        lookup on the event loop."""
+        env, error = _decode(data)
+        if env is not None:
+            for blob in (env.update.blob,) if env.update is not None else env.blobs or ():
+                self.blobs.digest(blob)
+        return env, error
 
     def _deliver(self, sender: str, env: Envelope | None, error: str) -> None:
         self._execute(self.core.on_envelope(sender, env))
@@ -762,9 +774,13 @@ class NodeRuntime:
         block = self._stored_block(h)
         if block is None or not self.blobs.has(block.payload.model_digest):
             return  # (a synced block whose model this node has not fetched: nothing to evaluate)
+        digest = block.payload.model_digest
+
+        def evaluate() -> dict[str, Any] | None:  # (the model read and decoded in the thread too: 45 MB off the loop)
+            return self._trainer.evaluate(np.array(blob_to_vector(self.blobs.get(digest)), dtype=np.float32))
+
         try:
-            vec = np.array(blob_to_vector(self.blobs.get(block.payload.model_digest)), dtype=np.float32)
-            res = await trio.to_thread.run_sync(self._trainer.evaluate, vec)
+            res = await trio.to_thread.run_sync(evaluate)
         except Exception as e:  # noqa: BLE001 - a failed evaluation is logged; the node goes on
             self.log("evaluated", level="warning", height=h, error=f"{type(e).__name__}: {e}")
             return
@@ -772,7 +788,18 @@ class NodeRuntime:
             return
         self.local_eval = {"height": h, "fl_round": block.header.fl_round, **res}
         self.log("evaluated", **self.local_eval)
-        self._write_status()  # (a health check or a supervisor sees it now, not at the next status tick)
+        await self._write_status()  # (a health check or a supervisor sees it now, not at the next status tick)
+
+    def _train_and_encode(self, job: TrainJob) -> TrainResult | None:
+        """In a worker thread: the trainer's job, then the update's blob and its digest (remembered by the blob
+        store's hash memo), so that the core takes a large update from the event loop without encoding or hashing
+        it (``TrainResult.blob``). None: the job failed; no blob: its update is not finite (sent nowhere)."""
+        result = self._trainer(job)
+        if result is None or not np.isfinite(result.delta).all():
+            return result
+        blob = vector_to_blob(np.ascontiguousarray(result.delta, dtype=np.float32))
+        self.blobs.digest(blob)
+        return dataclasses.replace(result, blob=blob)
 
     async def _training(self) -> None:
         while True:
@@ -782,14 +809,14 @@ class NodeRuntime:
                 job = self._jobs.pop(0)
                 t0 = time.perf_counter()
                 try:
-                    result = await trio.to_thread.run_sync(self._trainer, job)
+                    result = await trio.to_thread.run_sync(self._train_and_encode, job)
                 except Exception as e:  # noqa: BLE001 - a failed local job sends nothing; the node goes on
                     self.train_seconds += time.perf_counter() - t0
                     self.train_failures += 1
                     self.log("train", level="error", round=job.fl_round, purpose=job.purpose, error=f"{type(e).__name__}: {e}")
                     continue
                 self.train_seconds += time.perf_counter() - t0
-                if result is None or not np.isfinite(result.delta).all():
+                if result is None or result.blob is None:  # (diverged: not finite)
                     self.train_failures += 1
                     self.log("train", level="warning", round=job.fl_round, purpose=job.purpose, error="diverged or failed")
                     continue
@@ -868,16 +895,21 @@ class NodeRuntime:
 
     async def _status(self) -> None:
         while True:
-            self._write_status()
+            await self._write_status()
             await trio.sleep(self.options.status_every_s)
             self.log("status", **self.status())
 
-    def _write_status(self) -> None:
-        """``status.json`` in the data dir, replaced atomically (``concilium node status`` and health checks)."""
+    async def _write_status(self) -> None:
+        """``status.json`` in the data dir, replaced atomically (``concilium node status`` and health checks): read
+        on the loop, written in a worker thread (its fsyncs wait behind the disk's queue of 45 MB blob writes: 0.1 s
+        and more on the loop), one write at a time."""
         st = {"ts": round(time.time(), 3), "peer": self.me, "chain": self.genesis.chain_id, "pid": os.getpid(),
               **self.status()}
+        data = (json.dumps(st) + "\n").encode()
         try:
-            write_file_atomic(self.data_dir / STATUS_FILE, (json.dumps(st) + "\n").encode(), overwrite=True)
+            async with self._status_lock:
+                await trio.to_thread.run_sync(
+                    functools.partial(write_file_atomic, self.data_dir / STATUS_FILE, data, overwrite=True))
         except (OSError, NodeError) as e:
             self.log("status", level="warning", error=f"cannot write {STATUS_FILE}: {e}")
 
@@ -1109,6 +1141,11 @@ class _Blobs:
         self._on_error = on_error
         self._pending: dict[bytes, bytes] = {}  # digest -> blob not on disk yet (in put order)
         self._ready: trio.Event | None = None  # while writing() runs
+
+    def digest(self, data: bytes) -> bytes:
+        """``data``'s digest, remembered by the hash memo (``ledger.Caches.sha256``): a :meth:`put` of these bytes
+        later looks it up. Any thread (a worker thread hashes a trained update before the loop stores it)."""
+        return self._sha256(data)
 
     def put(self, data: bytes) -> bytes:
         if self._ready is None or not _on_trio_thread():

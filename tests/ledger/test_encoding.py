@@ -2,13 +2,17 @@
 
 import math
 import struct
+from dataclasses import dataclass
 
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import Block, DecodeError, Genesis, LedgerError, Payload, decode, encode
+from ledger import (
+    Block, DecodeError, Genesis, LedgerError, Payload, Record, UpdateCommitment, decode, encode, encode_large, record,
+)
+from ledger._encoding import _MARKER, LARGE_BYTES
 from ledger.testing import LedgerDemo
 
 scalars = (
@@ -197,3 +201,39 @@ def test_decode_nesting_limit_matches_encode():
         encode(deep)
     with pytest.raises(DecodeError, match="nesting"):
         decode(msgpack.packb(deep))
+
+
+@given(values, st.lists(st.sampled_from([LARGE_BYTES - 1, LARGE_BYTES, LARGE_BYTES + 1, 3 << 20]), max_size=3),
+       st.data())
+@settings(max_examples=40, deadline=None)
+def test_encode_large_gives_the_same_bytes_as_encode(v, sizes, data):
+    """Large byte strings spliced into the packed value (``encode_large``): the bytes of ``encode``, wherever the
+    large strings sit, at the size boundary too, whatever else the value holds."""
+    bigs = [data.draw(st.binary(min_size=16, max_size=16)) * (n // 16) + b"z" * (n % 16) for n in sizes]
+    value = {"v": v, "big": tuple(bigs), "first": bigs[0] if bigs else b""}
+    assert encode_large(value) == encode(value)
+
+
+def test_encode_large_falls_back_when_its_marker_occurs_in_the_value():
+    """A value that holds the very marker bytes (a collision by chance, or a peer's choice) packs whole: the same
+    bytes as ``encode``, not a splice at the wrong place."""
+    big = b"\x01" * LARGE_BYTES
+    marker_field = _MARKER + (0).to_bytes(4, "big")
+    for value in ({"a": marker_field, "b": big}, {"a": big, "b": marker_field}, (big, marker_field, big)):
+        assert encode_large(value) == encode(value)
+
+
+@record
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Packet(Record):  # (as a node's update packet: a signed commitment and its blob)
+    commitment: UpdateCommitment
+    blob: bytes
+    more: tuple[bytes, ...] = ()
+
+
+def test_encode_large_of_a_record_is_its_encoding():
+    sig = b"\x07" * 64
+    packet = _Packet(commitment=UpdateCommitment(peer="p", fl_round=1, digest=b"\x02" * 32, n_samples=3, signature=sig),
+                     blob=b"\x03" * (2 * LARGE_BYTES + 5), more=(b"\x04" * LARGE_BYTES, b"small"))
+    assert encode_large(packet) == packet.encode()
+    assert _Packet.decode(encode_large(packet), bytes_max=8 * LARGE_BYTES) == packet

@@ -376,7 +376,7 @@ def test_a_lazy_client_sleeps_once_its_update_is_sent_and_asks_for_headers_only_
         finish(peer, job, handle)
         node = s.nodes[peer]
         if job.fl_round == node.chain_state.height + 1 and peer not in node.replica.status().committee:
-            assert node.dormant() and (node.idle_ticks() > 10**9 or _on_redraw(node, s.genesis)), \
+            assert node._dormant() and (node.idle_ticks() > 10**9 or _on_redraw(node, s.genesis)), \
                 "a client with its update sent sleeps, no timer (but the re-draw's, on its committee)"
             slept_after_upload.append(peer)
 
@@ -428,7 +428,7 @@ def test_under_loss_the_primary_wakes_again_the_lazy_clients_it_has_not_heard_fr
 
 
 def test_lazy_members_that_sleep_hold_no_blobs_of_their_past_rounds(tmp_path):
-    """A member outside the round sheds what its past rounds left it (``NodeCore.shed``): the blobs held by all
+    """A member outside the round sheds what its past rounds left it (``OutsiderPolicy.shed_asleep``): the blobs held by all
     members stop growing with the rounds, a dormant member holds its head's model at most, and nothing a later
     round needs is lost (every update accepted, no view change, the ledger verifies)."""
     sc = _scale(300, 10, outsiders="lazy")
@@ -444,7 +444,7 @@ def test_lazy_members_that_sleep_hold_no_blobs_of_their_past_rounds(tmp_path):
     ok, line = verify_ledger(tmp_path / "ledger")
     assert ok, line
     assert [(m.accepted, m.view) for m in res.rounds] == [(20, 0)] * 10
-    took_part = [n for n in s.nodes.values() if n.chain_state.height > 0 and n.dormant()]
+    took_part = [n for n in s.nodes.values() if n.chain_state.height > 0 and n._dormant()]
     assert len(took_part) > 50, "members that took part in a round and sleep now"
     for n in took_part:
         state = n.chain_state
