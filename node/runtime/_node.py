@@ -903,11 +903,11 @@ class NodeRuntime:
         """``status.json`` in the data dir, replaced atomically (``concilium node status`` and health checks): read
         on the loop, written in a worker thread (its fsyncs wait behind the disk's queue of 45 MB blob writes: 0.1 s
         and more on the loop), one write at a time."""
-        st = {"ts": round(time.time(), 3), "peer": self.me, "chain": self.genesis.chain_id, "pid": os.getpid(),
-              **self.status()}
-        data = (json.dumps(st) + "\n").encode()
         try:
-            async with self._status_lock:
+            async with self._status_lock:  # (read under the lock: a write never replaces a newer status)
+                st = {"ts": round(time.time(), 3), "peer": self.me, "chain": self.genesis.chain_id, "pid": os.getpid(),
+                      **self.status()}
+                data = (json.dumps(st) + "\n").encode()
                 await trio.to_thread.run_sync(
                     functools.partial(write_file_atomic, self.data_dir / STATUS_FILE, data, overwrite=True))
         except (OSError, NodeError) as e:
