@@ -24,8 +24,11 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
+import stat
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +41,10 @@ __all__ = [
     "APP_KEY",
     "ENTRY_POINT_GROUP",
     "App",
+    "AppBundle",
     "app_digest",
     "app_pin",
+    "bundle_app",
     "check_app",
     "app_beside",
     "app_of_scenario",
@@ -96,15 +101,20 @@ def _files(root: Path) -> list[tuple[str, Path]]:
 def app_digest(path: str | os.PathLike[str]) -> str:
     """The digest of the app at ``path`` (a file or a package directory), hex (the module docstring)."""
     root = Path(path)
-    entries: list[list[Any]] = []
+    entries: list[tuple[str, bytes]] = []
     total = 0
     for rel, p in _files(root):
         data = p.read_bytes()
         total += len(data)
         if total > APP_BYTES_MAX:
             raise ConfigFileError(f"{root}: an app holds at most {APP_BYTES_MAX} bytes")
-        entries.append([rel, data])
-    return hash_tagged(b"concilium-app/v1", encode(entries)).hex()
+        entries.append((rel, data))
+    return _digest(entries)
+
+
+def _digest(files: Sequence[tuple[str, bytes]]) -> str:
+    """The app digest of ``(relative path, bytes)`` pairs in path order (the module docstring)."""
+    return hash_tagged(b"concilium-app/v1", encode([[rel, data] for rel, data in files])).hex()
 
 
 def _name_of(path: Path) -> str:
@@ -192,6 +202,87 @@ def _load_entry_point(name: str, digest_expected: str, what: str) -> App | None:
     app = App(name=name, digest=digest, source=f"entry point {name} ({root})")
     _LOADED.setdefault(name, app)
     return app
+
+
+@dataclass(frozen=True, slots=True)
+class AppBundle:
+    """An app's files in memory (:func:`bundle_app`), to load it in a process on another machine that lacks them
+    (the simulator's Ray trainers): :meth:`install` writes them into a private cache and loads them, refusing
+    anything but the app of ``name`` and ``digest``, before any of its code runs."""
+
+    name: str
+    digest: str
+    package: bool
+    files: tuple[tuple[str, bytes], ...]
+    """``(relative POSIX path, bytes)``: for a package, below its folder; for a file, its own name."""
+
+    def install(self, cache: str | os.PathLike[str] | None = None, *, what: str = "the run's scenario") -> App:
+        """Write the files under ``cache/<digest>/`` (default: ``concilium-apps-<uid>`` in the temporary folder,
+        private to this user; kept, so that the trainers of a machine share one copy per app version) unless they
+        are there, and :func:`load_app` them with ``(name, digest)`` expected. Raises :class:`ConfigFileError`
+        (one line) for a path that would leave the folder, a cache folder another user could write, or files
+        that are not the app pinned (a tampered bundle or cache)."""
+        if not _NAME.match(self.name) or not _DIGEST.match(self.digest):
+            raise ConfigFileError(f"app bundle: a name and a 64-hex digest are needed, got {self.name!r:.60}, "
+                                  f"{self.digest!r:.80}")
+        root = Path(cache) if cache is not None else Path(tempfile.gettempdir()) / f"concilium-apps-{os.getuid()}"
+        _private_dir(root)
+        home = root / self.digest
+        target = home / self.name if self.package else home / f"{self.name}.py"
+        if home.is_dir() and not _holds(target, self.digest):  # (a copy cut short or altered: written again)
+            shutil.rmtree(home, ignore_errors=True)
+        if not home.is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{self.digest[:16]}-"))
+            try:
+                base = tmp / self.name if self.package else tmp
+                for rel, data in self.files:
+                    parts = rel.split("/")  # (as _files writes them: no empty, "." or ".." part, not absolute)
+                    if any(x in ("", ".", "..") or "\\" in x or "\0" in x for x in parts) \
+                            or (not self.package and rel != f"{self.name}.py"):
+                        raise ConfigFileError(f"app bundle {self.name!r}: refused file path {rel!r:.120}")
+                    dest = base.joinpath(*parts)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(data)
+                try:
+                    os.rename(tmp, home)  # (atomic: another trainer of this machine may have won the race)
+                except OSError:
+                    if not home.is_dir():
+                        raise
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        return load_app(target, expect=(self.name, self.digest), what=what)
+
+
+def _holds(target: Path, digest: str) -> bool:
+    try:
+        return target.exists() and app_digest(target) == digest
+    except (OSError, ConfigFileError):
+        return False
+
+
+def _private_dir(root: Path) -> None:
+    """Make ``root`` (mode 0700) or check that it is a directory of this user that nobody else can write."""
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(root)
+    except OSError as e:
+        raise ConfigFileError(f"{root}: cannot make the app cache: {e.strerror or e}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ConfigFileError(f"{root}: the app cache must be a directory of this user that others cannot write")
+
+
+def bundle_app(app: App) -> AppBundle:
+    """The files of ``app`` (loaded from a path) as an :class:`AppBundle`; refused (one line) for an installed
+    entry point (install it on every machine instead) or files changed since it was loaded."""
+    src = Path(app.source)
+    if not src.exists():
+        raise ConfigFileError(f"app {app.name!r} ({app.source}): not a path whose files can be sent; install it on "
+                              f"every machine")
+    files = tuple((rel, p.read_bytes()) for rel, p in _files(src))
+    if _digest(files) != app.digest:
+        raise ConfigFileError(f"app {app.name!r} ({app.source}) changed since it was loaded (its digest differs)")
+    return AppBundle(name=app.name, digest=app.digest, package=src.is_dir(), files=files)
 
 
 def pin_of(params: Mapping[str, Any]) -> tuple[str, str] | None:

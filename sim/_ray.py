@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from node.apps import AppBundle
     from sim._engine import Simulation
     from sim._jobs import _JobSpec
     from sim._scenario import Scenario
@@ -56,14 +58,28 @@ class RayClusterError(RuntimeError):
     """Ray is not installed, or the cluster cannot be reached; nothing was trained."""
 
 
+def _cause(e: BaseException) -> str:
+    """One line for a lost trainer: the error its creation or its process died of (the last ``Name: message`` line
+    of the traceback Ray reports), else Ray's first line."""
+    text = str(e)
+    found = [m.group(1) for m in re.finditer(r"^\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)\b: .+)$", text, re.M)]
+    line = found[-1] if found else (text.splitlines() or [type(e).__name__])[0]
+    return re.sub(r"\x1b\[[0-9;]*m", "", line).strip()[:300]
+
+
 class _Trainer:
     """A Ray actor's state: the scenario's job host, built once from the scenario (its data, trainer, strategy
-    and data attacks; nothing of it is sent), running the jobs it is given on ``threads`` threads."""
+    and data attacks; nothing of it is sent), running the jobs it is given on ``threads`` threads. ``app``: the
+    scenario's app, its files sent along (``node.apps.AppBundle``): the trainer loads it (its models, datasets,
+    training loops) from a copy on its own machine, checked against the digest the genesis pins, before it
+    builds the world."""
 
-    def __init__(self, scenario: Scenario, threads: int) -> None:
+    def __init__(self, scenario: Scenario, threads: int, app: AppBundle | None = None) -> None:
         from sim._jobs import JobHost, limit_threads  # noqa: PLC0415 - in the actor's process
 
         limit_threads(threads)
+        if app is not None:
+            scenario = dataclasses.replace(scenario, app=app.install().source)
         if scenario.training.device != "cpu":
             # Ray shows an actor the GPU(s) it was given as device 0 (CUDA_VISIBLE_DEVICES): cuda:N is a
             # local choice of the machine that runs `sim run` (never in the genesis), so it means cuda here
@@ -218,9 +234,14 @@ class RayPool:
 
             options["runtime_env"] = {"env_vars": reproducible.variables()}
         actor = ray.remote(**options)(_Trainer)
-        # every trainer rebuilds the world from the scenario (a few kB, inlined in its creation: a restarted
-        # trainer finds it there)
-        self._trainers = [actor.remote(sc, 1) for _ in range(n)]
+        app = None
+        if sc.app:  # its files go along (the cluster's machines need not hold them), checked there against the pin
+            from node.apps import bundle_app, load_app  # noqa: PLC0415
+
+            app = bundle_app(load_app(sc.app))
+        # every trainer rebuilds the world from the scenario (a few kB, and the app's files: inlined in its
+        # creation, so that a restarted trainer finds them there)
+        self._trainers = [actor.remote(sc, 1, app) for _ in range(n)]
         self.trainers = n
         self._pending = [[] for _ in range(n)]
 
@@ -275,7 +296,7 @@ class RayPool:
                 raise cause from None  # the job's own error, as training in-process would have raised it
             raise
         except ray.exceptions.RayActorError as e:
-            raise RuntimeError(f"Ray trainer {job._trainer} was lost: {str(e).splitlines()[0][:200]}") from None
+            raise RayClusterError(f"Ray trainer {job._trainer} was lost: {_cause(e)}") from None
         refs = self._pending[job._trainer]
         if job._ref in refs:
             refs.remove(job._ref)

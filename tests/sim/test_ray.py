@@ -8,8 +8,10 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,64 @@ def test_ray_trainers_run_in_reproducible_mode(local_ray, tmp_path):
     m = re.search(r"^ray: (\d+) trainers, (\d+) jobs", outputs[0], re.M)
     assert m is not None and int(m.group(1)) >= 1 and int(m.group(2)) >= sc.rounds * sc.members, outputs[0]
     assert heads[0] == heads[1], heads
+
+
+_APP = """\
+\"\"\"A user's app: a model the trainers must have to train (registered when the app is imported).\"\"\"
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from learning.models import register_model
+
+
+@register_model("ray_app_mlp")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RayAppMLP:
+    name: ClassVar[str]
+
+    def build(self) -> nn.Module:
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
+
+    def initialize(self, module: nn.Module, generator: torch.Generator) -> None:
+        with torch.no_grad():
+            for p in module.parameters():
+                p.uniform_(-0.1, 0.1, generator=generator)
+"""
+
+
+def test_ray_trainers_load_the_scenarios_app_from_the_files_sent(local_ray, tmp_path):
+    """A scenario whose model comes from its app: the run's process sends the app's files with each trainer's
+    creation (``node.apps.AppBundle``), the trainer writes them into its machine's private cache, checks them against
+    the digest the genesis pins and imports them, and the ledger is the local executor's. (Before, every trainer
+    died building the world: the model was not registered in its process.) Both runs in subprocesses, so that the
+    app's registration stays out of this one."""
+    from node.apps import app_digest  # noqa: PLC0415
+
+    (tmp_path / "ray_app.py").write_text(_APP)
+    sc = load_scenario(SCENARIOS / "coordinator_fedavg.toml", rounds=2, members=4)
+    table = scenario_toml(sc)
+    table["app"] = "ray_app.py"
+    table["model"] = {"name": "ray_app_mlp"}
+    (tmp_path / "scenario.toml").write_text(tomli_w.dumps(table), encoding="utf-8")
+    digest = app_digest(tmp_path / "ray_app.py")
+    cache = Path(tempfile.gettempdir()) / f"concilium-apps-{os.getuid()}" / digest
+    shutil.rmtree(cache, ignore_errors=True)  # (only the trainers write it)
+    heads = []
+    address = ray.get_runtime_context().gcs_address
+    for name, extra in (("ray", ["--executor", "ray", "--ray-address", address]), ("local", ["--workers", "0"])):
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        r = subprocess.run([sys.executable, "-m", "concilium", "sim", "run", str(tmp_path / "scenario.toml"),
+                            "--out", str(tmp_path / name), "--quiet", *extra], capture_output=True, text=True, env=env,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["ledger_verified"], summary
+        heads.append(summary["head_hash"])
+    assert heads[0] == heads[1], heads
+    assert (cache / "ray_app.py").read_text() == _APP, "the trainers loaded the app from the copy they were sent"
 
 
 def test_ray_options_are_checked_before_anything_runs(tmp_path, capsys):
