@@ -27,9 +27,10 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 MEMBERS_MAX = 1 << 16
 EXIT_OK = 0
-DATA_FILE = {"npz": "data.npz", "csv": "data.csv", "imagefolder": "images"}
+DATA_FILE = {"npz": "data.npz", "csv": "data.csv", "imagefolder": "images", "hf-disk": "data.hf"}
 """What ``write_local`` writes for member data in each format, under the member's directory."""
-VALIDATION_FILE = {"npz": "validation.npz", "csv": "validation.csv", "imagefolder": "validation"}
+VALIDATION_FILE = {"npz": "validation.npz", "csv": "validation.csv", "imagefolder": "validation",
+                   "hf-disk": "validation.hf"}
 WRITABLE = tuple(DATA_FILE)
 
 
@@ -226,7 +227,8 @@ def add_parsers(sub: Any, int_in: Any) -> None:
     sp.add_argument("--partition", default="iid",
                     help='a partition of the scenarios: iid, "dirichlet(alpha=0.3)", "k_classes(k=2)", ... (default iid)')
     sp.add_argument("--format", default="npz",
-                    help="npz, csv or imagefolder; comma-separated for a mix, member i gets the i-th (default npz)")
+                    help="npz, csv, imagefolder or hf-disk (a Hugging Face datasets folder, the 'hf' extra); "
+                         "comma-separated for a mix, member i gets the i-th (default npz)")
     sp.add_argument("--validation", type=float, default=0.1,
                     help="the fraction of each member's data held out as its local validation split (default 0.1)")
     sp.add_argument("--test-fraction", dest="test_fraction", type=float, default=0.2,

@@ -75,7 +75,7 @@ __all__ = [
 
 LOCAL_FORMATS = ("npz", "csv", "imagefolder", "idx", "cifar10", "leaf", "hf-disk")
 """The formats :func:`load_local` reads."""
-_WRITABLE_FORMATS = ("npz", "csv", "imagefolder", "idx")
+_WRITABLE_FORMATS = ("npz", "csv", "imagefolder", "idx", "hf-disk")
 
 _FILE_BYTES_MAX = 4 * 2**30
 _SAMPLES_MAX = 10_000_000
@@ -1124,13 +1124,16 @@ def _zip_entry(zf: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
         np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _write_npz(x: np.ndarray, y: np.ndarray, out: Path) -> list[Path]:
+def _stored(x: np.ndarray) -> np.ndarray:
+    """``x`` as npz and hf-disk store it: uint8 when every value is an integer in [0, 255], int64 for other integer
+    arrays, else float32."""
     if _bytes_pixels(x):
-        stored = x.astype(np.uint8)
-    elif x.dtype.kind in "iu":
-        stored = x.astype(np.int64)
-    else:
-        stored = x.astype(np.float32)
+        return x.astype(np.uint8)
+    return x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float32)
+
+
+def _write_npz(x: np.ndarray, y: np.ndarray, out: Path) -> list[Path]:
+    stored = _stored(x)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:  # np.savez stamps the time: written by hand
         _zip_entry(zf, "x.npy", stored)
@@ -1192,6 +1195,30 @@ def _write_imagefolder(x: np.ndarray, y: np.ndarray, out: Path, what: str) -> li
     return sorted(written)
 
 
+def _write_hf(x: np.ndarray, y: np.ndarray, out: Path, what: str) -> list[Path]:
+    """``datasets``' ``save_to_disk`` of an ``x`` column (a fixed-length sequence for ``(N, K)``, an array feature
+    of the sample's shape otherwise; uint8, int64 or float32 as for npz) and an int64 ``label`` column."""
+    try:
+        import datasets  # noqa: PLC0415 - optional: pip install 'concilium[hf]'
+    except ImportError:
+        raise LocalDataError(what, "format", "the 'datasets' package to write hf-disk",
+                             "it is not installed (pip install 'concilium[hf]')") from None
+    stored = _stored(x)
+    shape = stored.shape[1:]
+    if len(shape) == 1:
+        feature: Any = datasets.Sequence(datasets.Value(str(stored.dtype)), length=shape[0])
+    elif 2 <= len(shape) <= 5:
+        feature = getattr(datasets, f"Array{len(shape)}D")(shape=shape, dtype=str(stored.dtype))
+    else:
+        raise LocalDataError(what, "shape", "samples of 1 to 5 dimensions for hf-disk", f"{shape}")
+    _fresh_dir(out, "hf-disk")
+    features = datasets.Features({"x": feature, "label": datasets.Value("int64")})
+    # (its fingerprint is a hash of the data: the same dataset gives the same files)
+    ds = datasets.Dataset.from_dict({"x": stored, "label": y.astype(np.int64)}, features=features)
+    ds.save_to_disk(str(out))
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
 def _idx_bytes(array: np.ndarray) -> bytes:
     codes = {np.dtype(np.uint8): (0x08, np.dtype(np.uint8)), np.dtype(np.int32): (0x0C, np.dtype(">i4")),
              np.dtype(np.float32): (0x0D, np.dtype(">f4"))}
@@ -1224,7 +1251,9 @@ def write_local(dataset: Dataset, out: str | os.PathLike[str], format: str) -> l
       integers, others as the shortest float64 text that reads back the same bits;
     * ``imagefolder``: ``out/<label>/<index:06d>.png`` (grey for ``(N, 1, H, W)`` or ``(N, H, W)``, RGB for
       ``(N, 3, H, W)``), pixels integers in [0, 255];
-    * ``idx``: ``out/train-images-idx<k>-ubyte`` (uint8 or float32) and ``out/train-labels-idx1-ubyte``.
+    * ``idx``: ``out/train-images-idx<k>-ubyte`` (uint8 or float32) and ``out/train-labels-idx1-ubyte``;
+    * ``hf-disk``: the directory ``out`` as ``datasets``' ``save_to_disk`` writes it, an ``x`` column (a fixed-length
+      sequence, or an array of the sample's shape; uint8, int64 or float32 as for npz) and an int64 ``label``.
 
     The same dataset gives the same bytes. Directories must be new or empty (a stale file would join the data).
     :func:`load_local` reads back the same values (the same bits after the same preprocessing), csv rows flat
@@ -1243,6 +1272,8 @@ def write_local(dataset: Dataset, out: str | os.PathLike[str], format: str) -> l
             return _write_csv(x, y, path)
         case "imagefolder":
             return _write_imagefolder(x, y, path, what)
+        case "hf-disk":
+            return _write_hf(x, y, path, what)
         case _:
             return _write_idx(x, y, path)
 

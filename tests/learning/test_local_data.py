@@ -49,7 +49,7 @@ def one_line(e: pytest.ExceptionInfo[LocalDataError], *parts: str) -> str:
 # -- round trips --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", ["npz", "csv", "imagefolder", "idx"])
+@pytest.mark.parametrize("fmt", ["npz", "csv", "imagefolder", "idx", "hf-disk"])
 @pytest.mark.parametrize("channels", [1, 3])
 def test_round_trip_images(tmp_path: Path, fmt: str, channels: int) -> None:
     data = images(channels=channels)
@@ -68,7 +68,7 @@ def test_round_trip_images(tmp_path: Path, fmt: str, channels: int) -> None:
     assert torch.equal(raw.x.reshape(data.x.shape), data.x) and raw.num_classes == 4  # csv: flat rows
 
 
-@pytest.mark.parametrize("fmt", ["npz", "csv", "idx"])
+@pytest.mark.parametrize("fmt", ["npz", "csv", "idx", "hf-disk"])
 def test_round_trip_float_vectors(tmp_path: Path, fmt: str) -> None:
     data = vectors()
     out = tmp_path / ("v." + fmt if fmt != "idx" else "v")
@@ -89,7 +89,7 @@ def test_csv_text_integers_as_integers(tmp_path: Path) -> None:
 
 
 def test_written_files_are_byte_deterministic(tmp_path: Path) -> None:
-    for fmt in ("npz", "csv", "imagefolder", "idx"):
+    for fmt in ("npz", "csv", "imagefolder", "idx", "hf-disk"):
         a = write_local(images(channels=3), tmp_path / "a" / fmt, fmt)
         b = write_local(images(channels=3), tmp_path / "b" / fmt, fmt)
         assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b], fmt

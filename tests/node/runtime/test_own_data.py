@@ -1,6 +1,7 @@
 """Every node on its own data, with real processes and real files.
 
-``concilium data split`` writes 4 member directories in three formats (npz, csv, image folder); ``testnet init --data``
+``concilium data split`` writes 4 member directories in four formats (npz, csv, image folder, Hugging Face datasets
+folder); ``testnet init --data``
 wires node ``i`` to ``member-<i>/``; 4 ``node start`` processes each train an app's CNN with the app's own training
 loop on their own files; rounds commit, every ledger verifies with re-execution, and each node's status carries its
 accuracy on its own validation split. A node pointed at data of another shape, or with more classes than the
@@ -108,13 +109,13 @@ lr = 0.2
 def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("split") / "digits"
     assert main(["data", "split", "digits(image=true)", "--members", "4", "--partition", "dirichlet(alpha=1.0)",
-                 "--format", "npz,csv,imagefolder", "--out", str(out)]) == 0
+                 "--format", "npz,csv,imagefolder,hf-disk", "--out", str(out)]) == 0
     return out
 
 
 def test_data_split_writes_a_directory_per_member_and_a_manifest(split: Path) -> None:
     m = json.loads((split / "manifest.json").read_text())
-    assert [e["format"] for e in m["members"]] == ["npz", "csv", "imagefolder", "npz"]
+    assert [e["format"] for e in m["members"]] == ["npz", "csv", "imagefolder", "hf-disk"]
     assert m["contract"]["shape"] == [1, 8, 8] and m["contract"]["classes"] == 10
     total = 0
     for i, e in enumerate(m["members"]):
