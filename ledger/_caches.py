@@ -29,20 +29,25 @@ class Caches:
 
     * :meth:`sha256`: digests of large ``bytes`` (blobs: updates, models) by value: in a simulation every node of
       the process hashes the same update object on receipt and again when storing it. At most
-      :data:`BLOB_MEMO_ENTRIES` blobs and :data:`BLOB_MEMO_BYTES` bytes held, oldest out first.
+      :data:`BLOB_MEMO_ENTRIES` blobs and ``blob_bytes`` bytes (default :data:`BLOB_MEMO_BYTES`) held, oldest out
+      first.
     * :meth:`memo`: a ``functools.lru_cache`` of a pure function, one per function and per :class:`Caches`
       (the committee ranking of ``consensus``: every node of a simulation ranks the same pool with the same seed).
     """
 
-    __slots__ = ("_blob_bytes", "_blob_digests", "_lock", "_memos")
+    __slots__ = ("_blob_bytes", "_blob_bytes_max", "_blob_digests", "_lock", "_memos")
 
-    def __init__(self, *, lock: ContextManager[Any] | None = None) -> None:
+    def __init__(self, *, lock: ContextManager[Any] | None = None, blob_bytes: int = BLOB_MEMO_BYTES) -> None:
         """``lock``: held while a memo changes, for a driver that hashes in several threads (the network runtime
         re-executes a proposal and writes blobs in worker threads: it passes a ``threading.Lock``); none by default
-        (one thread: the simulator, an audit)."""
+        (one thread: the simulator, an audit). ``blob_bytes``: the most blob bytes :meth:`sha256` remembers (the
+        runtime holds a few of its model's size: the blobs hashed in a worker thread before the loop reads them)."""
+        if isinstance(blob_bytes, bool) or not isinstance(blob_bytes, int) or blob_bytes < 0:
+            raise ValueError(f"blob_bytes must be an int >= 0, got {blob_bytes!r}")
         self._lock = lock if lock is not None else contextlib.nullcontext()
         self._blob_digests: dict[bytes, bytes] = {}
         self._blob_bytes = 0
+        self._blob_bytes_max = blob_bytes
         self._memos: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     def sha256(self, data: bytes) -> bytes:
@@ -61,11 +66,11 @@ class Caches:
             if data in memo:
                 return d
             held = self._blob_bytes
-            while memo and (len(memo) >= BLOB_MEMO_ENTRIES or held + len(data) > BLOB_MEMO_BYTES):
+            while memo and (len(memo) >= BLOB_MEMO_ENTRIES or held + len(data) > self._blob_bytes_max):
                 old = next(iter(memo))
                 held -= len(old)
                 del memo[old]
-            if len(data) <= BLOB_MEMO_BYTES:
+            if len(data) <= self._blob_bytes_max:
                 memo[data] = d
                 held += len(data)
             self._blob_bytes = held

@@ -92,6 +92,12 @@ DECODE_INLINE_BYTES = 256 << 10
 millisecond); larger ones in a worker thread."""
 DECODES_MAX = 2
 """Large frames decoded at once (each holds its frame and what its decode builds: a few times its size at most)."""
+BLOBS_HASHED_AHEAD = DECODES_MAX + 2
+"""Model-sized blobs whose digests the hash memo keeps (``ledger.Caches(blob_bytes=)``): those hashed in a worker
+thread before the loop reads them (the large frames decoded at once, a trained update, and one more), so that a
+45 MB update is not hashed again on the loop because another one pushed it out of a memo of one (seen in a
+profile of the loop's longest steps: 96 ms). The cost: up to that many blobs kept alive after the round that
+used them."""
 FETCHES_MAX = 4
 """Blob fetches in flight at once (each holds at most one blob of ``data_frame_max`` bytes)."""
 ARCHIVE_RETRY_TICKS = 5
@@ -218,9 +224,10 @@ def load_chain(
     for the last ``max_staleness`` heights only.
 
     ``caches``: the memos the node's blob store and chain context share (a new :class:`ledger.Caches` if None)."""
-    caches = caches if caches is not None else Caches(lock=threading.Lock())  # (worker threads hash too: Check)
-    ldir = data_dir / LEDGER_DIR
     g_blob = vector_to_blob(np.ascontiguousarray(initial_model, dtype=np.float32))
+    if caches is None:  # (worker threads hash too: Check, a trained update, a large frame's blobs)
+        caches = Caches(lock=threading.Lock(), blob_bytes=max(64 << 20, BLOBS_HASHED_AHEAD * len(g_blob)))
+    ldir = data_dir / LEDGER_DIR
     if sha256(g_blob) != genesis.model.digest:
         raise ValueError("the initial model does not match the genesis model digest")
     if (ldir / CHAIN_FILE).exists():

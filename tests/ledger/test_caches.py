@@ -28,6 +28,26 @@ def test_blob_digests_are_sha256_and_bounded_in_entries_and_bytes():
     assert c._blob_bytes <= BLOB_MEMO_BYTES and c._blob_bytes == sum(len(b) for b in c._blob_digests)
 
 
+
+def test_the_blob_memo_holds_as_many_bytes_as_the_driver_sets():
+    """The network runtime sizes it to a few of its model (``blob_bytes``): blobs hashed ahead in worker threads stay
+    remembered until the loop reads them, where the default's 64 MiB holds one 45 MB update at a time."""
+    blobs = [bytes([i]) * (3 * BLOB_MEMO_MIN) for i in range(5)]
+    small = Caches(blob_bytes=2 * len(blobs[0]))
+    roomy = Caches(blob_bytes=5 * len(blobs[0]))
+    for b in blobs:
+        small.sha256(b)
+        roomy.sha256(b)
+    assert list(small._blob_digests) == blobs[3:] and list(roomy._blob_digests) == blobs
+    assert all(roomy.sha256(b) == hashlib.sha256(b).digest() for b in blobs)
+    for bad in (-1, 1.5, True, "64"):
+        try:
+            Caches(blob_bytes=bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"blob_bytes={bad!r} accepted")
+
+
 def test_a_memo_is_per_caches_and_per_function():
     calls = []
 
